@@ -1,0 +1,42 @@
+"""The one exception tree of hoptune.
+
+Every failure a user can cause (bad configuration, bad data, a store that
+cannot be reached, bad CLI arguments) is a ``HoptuneError``: the command line
+prints its message as one line and exits with status 2. Any other exception
+is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HoptuneError",
+    "ConfigError",
+    "DataError",
+    "StoreError",
+    "StudyError",
+    "TrialFailed",
+]
+
+
+class HoptuneError(Exception):
+    """Root of every error hoptune raises on purpose."""
+
+
+class ConfigError(HoptuneError):
+    """A configuration file, search space or CLI argument is invalid."""
+
+
+class DataError(HoptuneError):
+    """A region's table does not satisfy its schema."""
+
+
+class StoreError(HoptuneError):
+    """The store (shards, checkpoints, registry) is missing something or unreachable."""
+
+
+class StudyError(HoptuneError):
+    """A study or trial is not in a state that allows the requested action."""
+
+
+class TrialFailed(HoptuneError):
+    """A trial cannot go on; its reason is recorded with it."""

@@ -1,0 +1,106 @@
+"""The local cluster: N worker processes on this machine splitting the shards among them.
+
+``hoptune up`` and ``hoptune demo`` use it. Each worker is a real
+``hoptune worker`` process (a Celery worker) that owns some shards and
+consumes exactly their queues plus the control queue.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from regions import StoreError
+
+__all__ = ["assign_shards", "LocalCluster", "worker_command"]
+
+
+def assign_shards(shards: dict[str, int], workers: int) -> list[list[tuple[str, int]]]:
+    """Deal every (region, shard) to ``workers`` workers in turn, region by region.
+
+    Shard k of every region goes to worker k mod N, so each region's hops spread
+    over all workers.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    out: list[list[tuple[str, int]]] = [[] for _ in range(workers)]
+    for region in sorted(shards):
+        for k in range(shards[region]):
+            out[k % workers].append((region, k))
+    return out
+
+
+def worker_command(owned: list[tuple[str, int]], name: str, loglevel: str = "WARNING"
+                   ) -> list[str]:
+    spec = ",".join(f"{r}:{k}" for r, k in owned)
+    return [sys.executable, "-m", "tasks.cli", "worker", "--shards", spec, "--name", name,
+            "--loglevel", loglevel]
+
+
+class LocalCluster:
+    """N local worker processes; a context manager that stops them on exit."""
+
+    def __init__(self, shards: dict[str, int], workers: int, *, env: dict[str, str] | None = None,
+                 log_dir: Path | None = None, loglevel: str = "WARNING") -> None:
+        self.assignment = assign_shards(shards, workers)
+        self.env = {**os.environ, **(env or {})}
+        self.log_dir = log_dir
+        self.loglevel = loglevel
+        self.processes: list[subprocess.Popen[bytes]] = []
+        host = socket.gethostname()
+        self.names = [f"w{i}@{host}" for i in range(workers)]
+
+    def start(self) -> LocalCluster:
+        for name, owned in zip(self.names, self.assignment, strict=True):
+            if not owned:
+                continue
+            out = subprocess.DEVNULL
+            if self.log_dir is not None:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                out = open(self.log_dir / f"{name.split('@')[0]}.log", "ab")  # noqa: SIM115
+            self.processes.append(subprocess.Popen(
+                worker_command(owned, name, self.loglevel), env=self.env, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True))
+        return self
+
+    def wait_ready(self, app: object, timeout: float = 120.0) -> None:
+        """Block until every worker answers a ping."""
+        expected = {n for n, owned in zip(self.names, self.assignment, strict=True) if owned}
+        deadline = time.monotonic() + timeout
+        seen: set[str] = set()
+        while time.monotonic() < deadline:
+            for p in self.processes:
+                if p.poll() is not None:
+                    raise StoreError(f"a worker exited with status {p.returncode} at start")
+            replies = app.control.ping(timeout=0.5)  # type: ignore[attr-defined]
+            seen = {name for reply in replies for name in reply}
+            if expected <= seen:
+                return
+        raise StoreError(f"workers {sorted(expected - seen)} did not start within {timeout:.0f} s")
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.processes)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        for p in self.processes:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in self.processes:
+            try:
+                p.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.processes = []
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

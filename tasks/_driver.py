@@ -1,0 +1,104 @@
+"""Driving studies from the command line: start them, follow them, print what they did.
+
+The workflow lives in Celery tasks; a driver only sends the first
+``tune_step`` and then watches the study database (and runs the sweeper now
+and then, so a lost message costs a stall, not a study). Killing the driver
+leaves the studies running.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery
+
+from tasks._hop import tune_step_dispatch
+from tasks._runtime import Runtime
+from tasks._sweeper import sweep
+
+__all__ = ["start_studies", "follow", "study_table", "format_table"]
+
+
+def start_studies(app: Celery, study_ids: list[int]) -> None:
+    from tasks._app import send
+
+    send([tune_step_dispatch(s) for s in study_ids], app)
+
+
+def total_hops(rt: Runtime, study: dict[str, Any]) -> int:
+    return study["budget"] * study["epochs"] * study["region_config"]["shards"]
+
+
+def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = True,
+           sweep_every: float = 30.0, stall_seconds: float | None = None,
+           on_tick: Callable[[], None] | None = None, timeout: float | None = None) -> None:
+    """Wait until every study has ended, with a progress bar over their hops."""
+    from tqdm import tqdm
+
+    from tasks._app import send
+
+    studies = [rt.db.study(s) for s in study_ids]
+    bar = tqdm(total=sum(total_hops(rt, s) for s in studies), unit="hop", disable=not progress,
+               dynamic_ncols=True)
+    last_sweep = time.monotonic()
+    started = time.monotonic()
+    try:
+        while True:
+            states = [rt.db.study(s)["state"] for s in study_ids]
+            done = sum(1 for s in study_ids for h in rt.db.hops(study_id=s)
+                       if h["state"] == "done")
+            bar.n = done
+            bar.set_postfix_str(f"studies {sum(st != 'running' for st in states)}/{len(states)}")
+            bar.refresh()
+            if all(st != "running" for st in states):
+                return
+            if on_tick is not None:
+                on_tick()
+            if time.monotonic() - last_sweep > sweep_every:
+                send(sweep(rt, stall_seconds), app)
+                last_sweep = time.monotonic()
+            if timeout is not None and time.monotonic() - started > timeout:
+                raise TimeoutError(f"studies {study_ids} still running after {timeout:.0f} s")
+            time.sleep(0.5)
+    finally:
+        bar.close()
+
+
+def study_table(rt: Runtime, study_id: int) -> list[dict[str, Any]]:
+    """One row per trial: params, state, metric, hops and seconds."""
+    study = rt.db.study(study_id)
+    hops_by_trial: dict[int, int] = {}
+    for hop in rt.db.hops(study_id=study_id):
+        if hop["state"] == "done":
+            hops_by_trial[hop["trial_id"]] = hops_by_trial.get(hop["trial_id"], 0) + 1
+    rows = []
+    for t in rt.db.trials(study_id):
+        seconds = ((t["finished_at"] - t["started_at"]).total_seconds()
+                   if t["finished_at"] and t["started_at"] else None)
+        rows.append({"region": study["region"], "study": study_id, "trial": t["number"],
+                     "state": t["state"], "params": t["params"], "metric": t["best_metric"],
+                     "epochs": t["epochs_done"], "hops": hops_by_trial.get(t["id"], 0),
+                     "seconds": seconds})
+    return rows
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return json.dumps({k: float(f"{v:.3g}") if isinstance(v, float) else v
+                           for k, v in value.items()}, separators=(",", ":"))
+    return "-" if value is None else str(value)
+
+
+def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """A plain aligned text table."""
+    cells = [[c for c in columns]] + [[_fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""Run messages in this process instead of sending them: for tests, replays and debugging.
+
+The same plain functions the Celery tasks call, in a loop: a hop's hand-on
+runs next, then the one after, until no message is left.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from tasks._hop import Dispatch, HopReport, run_hop
+from tasks._runtime import Runtime
+from tasks._sweeper import sweep
+from tasks._workflow import tune_step
+
+__all__ = ["run_inline"]
+
+
+def run_inline(rt: Runtime, dispatches: Iterable[Dispatch],
+               on_hop: Callable[[HopReport], None] | None = None, limit: int = 100_000) -> int:
+    """Execute ``dispatches`` and everything they lead to; returns how many messages ran."""
+    queue = deque(dispatches)
+    count = 0
+    while queue:
+        if count >= limit:
+            raise RuntimeError(f"more than {limit} messages; a loop in the workflow?")
+        d = queue.popleft()
+        count += 1
+        if d.task == "hoptune.hop":
+            report = run_hop(rt, d.kwargs["trial"], d.kwargs["epoch"], d.kwargs["position"])
+            if on_hop is not None:
+                on_hop(report)
+            queue.extend(report.dispatch)
+        elif d.task == "hoptune.tune_step":
+            queue.extend(tune_step(rt, d.kwargs["study"]))
+        elif d.task == "hoptune.sweep":
+            queue.extend(sweep(rt, d.kwargs.get("stall_seconds")))
+        else:
+            raise ValueError(f"unknown task {d.task!r}")
+    return count

@@ -1,0 +1,32 @@
+"""Replay a trial in one process from its recorded visit orders.
+
+The check behind the reproducibility invariant: retraining a trial on the CPU,
+epoch by epoch in the recorded orders, must give bitwise the weights that the
+hops produced across workers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tasks._runtime import Runtime, region_of
+from tasks._training import build_trial_model, make_trial_optimizer, train_pass
+
+__all__ = ["replay_trial"]
+
+
+def replay_trial(rt: Runtime, trial_id: int, epochs: int | None = None
+                 ) -> dict[str, torch.Tensor]:
+    """The trial's weights after its first ``epochs`` recorded epochs (all by default)."""
+    trial = rt.db.trial(trial_id)
+    study = rt.db.study(trial["study_id"])
+    region = region_of(study)
+    manifest = rt.manifest(region.name)
+    model = build_trial_model(region, trial["params"], trial["seed"], manifest["meta"])
+    optimizer = make_trial_optimizer(region, trial["params"], model)
+    recorded = rt.db.epochs(trial_id)
+    for record in recorded[: epochs if epochs is not None else len(recorded)]:
+        for shard in record["visit_order"]:
+            train_pass(region, model, optimizer, rt.shard(manifest, shard),
+                       seed=trial["seed"], epoch=record["epoch"], shard=shard)
+    return model.state_dict()

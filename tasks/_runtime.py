@@ -1,0 +1,92 @@
+"""What a worker process holds between tasks: store, study database, shard cache.
+
+One ``Runtime`` per process, built lazily from the environment. Shards are
+cached in memory by (region, data hash, shard), so a re-ingested region is
+loaded afresh and an unchanged one is read from the store once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+import torch
+
+from regions import RegionConfig, Settings, Store, load_shard, load_validation, read_manifest
+from tuner._db import StudyDB
+
+__all__ = ["Runtime", "runtime", "parse_shard_spec"]
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """The per-process state a hop needs; safe to share between threads."""
+
+    def __init__(self, settings: Settings | None = None, worker: str | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self.worker = worker or os.environ.get("HOPTUNE_WORKER_NAME") or socket.gethostname()
+        self.store = Store(self.settings.store_url)
+        self.db = StudyDB(self.settings.database_url)
+        self._cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
+        self._lock = threading.Lock()
+
+    def manifest(self, region: str) -> dict[str, Any]:
+        return read_manifest(self.store, region)
+
+    def shard(self, manifest: dict[str, Any], k: int) -> dict[str, torch.Tensor]:
+        return self._cached(manifest, str(k), lambda: load_shard(self.store, manifest, k))
+
+    def validation(self, manifest: dict[str, Any]) -> dict[str, torch.Tensor]:
+        return self._cached(manifest, "validation", lambda: load_validation(self.store, manifest))
+
+    def _cached(self, manifest: dict[str, Any], part: str, load: Any) -> dict[str, torch.Tensor]:
+        key = (manifest["region"], manifest["hash"], part)
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = load()
+            return self._cache[key]
+
+    def preload(self, shards: list[tuple[str, int]]) -> None:
+        """Load the shards this worker owns, so the first hop does not pay for it."""
+        for region, k in shards:
+            try:
+                self.shard(self.manifest(region), k)
+            except Exception as exc:  # noqa: BLE001 - a missing shard is reported at hop time
+                log.warning("could not preload shard %s:%d: %s", region, k, exc)
+
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> Runtime:
+    """This process's runtime, built on first use."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = Runtime()
+        return _runtime
+
+
+def region_of(study: dict[str, Any]) -> RegionConfig:
+    """The region configuration a study was started with (snapshotted in the database)."""
+    return RegionConfig.model_validate(study["region_config"])
+
+
+def parse_shard_spec(spec: str) -> list[tuple[str, int]]:
+    """``"north:0,north:1"`` -> ``[("north", 0), ("north", 1)]``; ConfigError on bad input."""
+    from regions import ConfigError
+
+    out: list[tuple[str, int]] = []
+    for part in (p.strip() for p in spec.split(",")):
+        region, sep, index = part.partition(":")
+        if not sep or not region or not index.isdigit():
+            raise ConfigError(f"--shards: expected REGION:INDEX[,REGION:INDEX…], got {part!r}")
+        out.append((region, int(index)))
+    if not out:
+        raise ConfigError("--shards: no shard given")
+    return out

@@ -1,0 +1,84 @@
+"""One training pass over one shard, and the seeds that make it replayable.
+
+Plain functions with no Celery and no database: the hop task calls them, and
+so does ``replay_trial``, which retrains a trial from its recorded visit
+orders in one process to check that the distributed run is bitwise the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import kernels
+from regions import RegionConfig, get_family, iter_batches
+
+__all__ = ["TrainedPass", "stream_seed", "build_trial_model", "make_trial_optimizer",
+           "train_pass", "OPTIMIZER_KEYS"]
+
+# Trial parameters that configure the optimizer rather than the model.
+OPTIMIZER_KEYS = ("lr", "weight_decay", "momentum", "dampening", "nesterov", "beta1", "beta2",
+                  "eps", "amsgrad")
+
+
+def stream_seed(*parts: int | str) -> int:
+    """A 63-bit seed derived from its parts: every random stream names where it belongs."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def build_trial_model(region: RegionConfig, params: dict[str, Any], seed: int,
+                      meta: dict[str, Any]) -> torch.nn.Module:
+    """The trial's freshly initialised model: the same weights for the same (params, seed)."""
+    family = get_family(region)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(seed, "init"))
+        return family.build(params, meta)
+
+
+def make_trial_optimizer(region: RegionConfig, params: dict[str, Any],
+                         model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The region's optimizer (fused by default) with the trial's optimizer parameters."""
+    hyper: dict[str, Any] = {k: params[k] for k in OPTIMIZER_KEYS if k in params}
+    if "beta1" in hyper or "beta2" in hyper:
+        hyper["betas"] = (hyper.pop("beta1", 0.9), hyper.pop("beta2", 0.999))
+    return kernels.make_optimizer(region.optimizer, model.parameters(), **hyper)
+
+
+@dataclass(frozen=True)
+class TrainedPass:
+    samples: int
+    loss: float
+    seconds: float
+
+
+def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               data: dict[str, torch.Tensor], *, seed: int, epoch: int, shard: int,
+               clip_norm: float | None = None) -> TrainedPass:
+    """Train ``model`` once over ``data`` (one shard) in shuffled minibatches.
+
+    The minibatch order and every other random draw (dropout) derive from
+    (trial seed, epoch, shard) alone, so the pass is the same wherever it runs.
+    """
+    family = get_family(region)
+    generator = torch.Generator().manual_seed(stream_seed(seed, epoch, shard, "batches"))
+    torch.manual_seed(stream_seed(seed, epoch, shard, "torch"))
+    model.train()
+    started = time.perf_counter()
+    total, samples = 0.0, 0
+    for batch in iter_batches(data, region.batch_size, generator):
+        optimizer.zero_grad(set_to_none=True)
+        loss = family.loss(model, batch)
+        loss.backward()
+        if clip_norm is not None:
+            kernels.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        n = len(next(iter(batch.values())))
+        total += float(loss.detach()) * n
+        samples += n
+    return TrainedPass(samples=samples, loss=total / max(samples, 1),
+                       seconds=time.perf_counter() - started)

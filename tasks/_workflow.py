@@ -1,0 +1,196 @@
+"""The tuning workflow: fill free trial slots, end epochs, finish studies.
+
+No step waits on another: ``tune_step`` starts trials and returns; the last
+hop of an epoch calls ``end_of_epoch``, which continues, prunes or ends the
+trial and asks for another ``tune_step`` when a slot frees. Each function
+returns the messages to send; the Celery tasks only send them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+
+from regions import RegionConfig, get_family
+from tasks._checkpoint import checkpoint_key, load_checkpoint
+from tasks._hop import Dispatch, hop_dispatch, tune_step_dispatch
+from tasks._runtime import Runtime, region_of
+from tasks._training import build_trial_model, stream_seed
+from tasks._visit_order import choose_visit_order
+from tuner import AshaPruner, parse_space, propose
+
+__all__ = ["create_study", "tune_step", "end_of_epoch", "trial_seed", "others_positions"]
+
+log = logging.getLogger(__name__)
+
+# How many times tune_step re-reads the study when another tune_step added trials meanwhile.
+_PROPOSAL_ATTEMPTS = 5
+
+
+def trial_seed(study_seed: int, number: int) -> int:
+    return stream_seed(study_seed, "trial", number) % (2**31)
+
+
+def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
+                 configs: list[dict[str, Any]] | None = None, trials: int | None = None,
+                 parallel: int | None = None, parent_id: int | None = None) -> int:
+    """Record a study of ``region``: fixed ``configs``, or tuned over the region's space.
+
+    With ``configs`` every trial is recorded now (pending) and the budget is
+    their number; otherwise ``tune_step`` proposes trials over the space.
+    """
+    family = get_family(region)
+    space = None if configs is not None else parse_space(region.space, region.name).to_json()
+    budget = len(configs) if configs is not None else (trials or region.trials)
+    study_id = rt.db.create_study(
+        region=region.name, budget=budget, parallel=parallel or region.parallel,
+        epochs=region.epochs, seed=region.seed, space=space,
+        region_config=region.model_dump(mode="json"), data_hash=manifest["hash"],
+        parent_id=parent_id, minimize=family.minimize)
+    if configs is not None:
+        defaults = {**family.default_params, **region.params}
+        rt.db.create_trials(study_id, [({**defaults, **c}, trial_seed(region.seed, i))
+                                       for i, c in enumerate(configs)])
+    return study_id
+
+
+def others_positions(rt: Runtime, study_id: int, conn: Any = None) -> list[tuple[list[int], int]]:
+    return [(r["visit_order"], r["position"]) for r in rt.db.running_positions(study_id, conn)]
+
+
+def _told(trials: list[dict[str, Any]], space_names: set[str]) -> list[tuple[dict, float]]:
+    """Finished and pruned trials with a metric: what the optimizer learns from."""
+    return [({k: t["params"][k] for k in space_names}, float(t["last_metric"]))
+            for t in trials if t["state"] in ("done", "pruned") and t["last_metric"] is not None
+            and math.isfinite(t["last_metric"])]
+
+
+def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
+               ) -> list[dict[str, Any]]:
+    """New parameter sets for the free slots, proposed outside any lock."""
+    if study["space"] is None:
+        return []
+    active = [t for t in trials if t["state"] in ("pending", "running")]
+    free = min(study["parallel"] - len(active), study["budget"] - len(trials))
+    if free <= 0:
+        return []
+    from tuner import Space
+
+    space = Space.from_json(study["space"])
+    names = set(space.names)
+    prior: list[tuple[dict, float]] = []
+    if study["parent_id"] is not None:
+        parent = rt.db.trials(study["parent_id"])
+        prior = [(p, v) for p, v in _told(parent, names) if space.contains(p)]
+    return propose(space, _told(trials, names), [{k: t["params"][k] for k in names}
+                                                 for t in active],
+                   free, seed=study["seed"] + len(trials), minimize=bool(study["minimize"]),
+                   prior=prior)
+
+
+def tune_step(rt: Runtime, study_id: int) -> list[Dispatch]:
+    """Fill the study's free trial slots; finish the study when its budget is spent."""
+    db = rt.db
+    for _ in range(_PROPOSAL_ATTEMPTS):
+        snapshot = db.trials(study_id)
+        study = db.study(study_id)
+        if study["state"] != "running":
+            return []
+        proposals = _proposals(rt, study, snapshot)
+        with db.locked_study(study_id) as (conn, study):
+            if study["state"] != "running":
+                return []
+            trials = db.trials(study_id, conn)
+            if len(trials) != len(snapshot):
+                continue  # another tune_step added trials meanwhile: propose again
+            return _fill_slots(rt, conn, study, trials, proposals)
+    log.warning("study %d: tune_step gave way %d times; the next one fills the slots",
+                study_id, _PROPOSAL_ATTEMPTS)
+    return []
+
+
+def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict[str, Any]],
+                proposals: list[dict[str, Any]]) -> list[Dispatch]:
+    db = rt.db
+    region = region_of(study)
+    defaults = {**get_family(region).default_params, **region.params}
+    if proposals:
+        start = len(trials)
+        entries = [({**defaults, **p}, trial_seed(study["seed"], start + i))
+                   for i, p in enumerate(proposals)]
+        db.add_trials(conn, study["id"], entries)
+        trials = db.trials(study["id"], conn)
+    running = [t for t in trials if t["state"] == "running"]
+    pending = [t for t in trials if t["state"] == "pending"]
+    free = study["parallel"] - len(running)
+    out: list[Dispatch] = []
+    for trial in pending[: max(free, 0)]:
+        order = choose_visit_order(region.shards, trial["seed"], 0,
+                                   others_positions(rt, study["id"], conn))
+        order, created = db.start_epoch(trial["id"], 0, order, conn)
+        if created:
+            out.append(hop_dispatch(region.name, study["id"], trial["id"], 0, 0, order[0]))
+    if not running and not pending and len(trials) >= study["budget"]:
+        _finish_study(rt, conn, study, trials)
+    return out
+
+
+def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
+                  trials: list[dict[str, Any]]) -> None:
+    minimize = bool(study["minimize"])
+    scored = [t for t in trials if t["best_metric"] is not None
+              and math.isfinite(t["best_metric"]) and t["state"] in ("done", "pruned")]
+    finished = [t for t in scored if t["state"] == "done"] or scored
+    if finished:
+        best = (min if minimize else max)(finished, key=lambda t: t["best_metric"])
+        state, best_id, failure = "done", best["id"], None
+    else:
+        state, best_id, failure = "failed", None, "every trial failed"
+    from sqlalchemy import update
+
+    from tuner._db import studies, utcnow
+
+    conn.execute(update(studies).where(studies.c.id == study["id"],
+                                       studies.c.state == "running")
+                 .values(state=state, finished_at=utcnow(), best_trial_id=best_id,
+                         failure=failure))
+    log.info("study %d of region %s finished: %s", study["id"], study["region"], state)
+
+
+def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
+                 trial: dict[str, Any], epoch: int, model: torch.nn.Module | None,
+                 manifest: dict[str, Any]) -> list[Dispatch]:
+    """Validate after an epoch's last hop; continue, prune or end the trial."""
+    db = rt.db
+    family = get_family(region)
+    if model is None:
+        model = build_trial_model(region, trial["params"], trial["seed"], manifest["meta"])
+        last = checkpoint_key(study["id"], trial["id"], epoch, region.shards - 1)
+        model.load_state_dict(load_checkpoint(rt.store, last).model)
+    metric = float(family.evaluate(model, rt.validation(manifest)))
+    minimize = bool(study["minimize"])
+    if not math.isfinite(metric):
+        ended = db.end_trial(trial["id"], "failed",
+                             failure=f"validation {family.metric_name} is {metric} "
+                                     f"after epoch {epoch}")
+        return [tune_step_dispatch(study["id"])] if ended else []
+    db.record_metric(trial["id"], epoch, metric, minimize=minimize)
+    if epoch + 1 >= study["epochs"]:
+        ended = db.end_trial(trial["id"], "done")
+        return [tune_step_dispatch(study["id"])] if ended else []
+    if study["space"] is not None:
+        pruner = AshaPruner(reduction_factor=region.pruner.reduction_factor,
+                            min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"])
+        rung = db.rung_values(study["id"], epoch)
+        if pruner.should_prune(epoch + 1, metric, rung, minimize=minimize):
+            ended = db.end_trial(trial["id"], "pruned")
+            return [tune_step_dispatch(study["id"])] if ended else []
+    order = choose_visit_order(region.shards, trial["seed"], epoch + 1,
+                               others_positions(rt, study["id"]))
+    order, created = db.start_epoch(trial["id"], epoch + 1, order)
+    if not created:
+        return []
+    return [hop_dispatch(region.name, study["id"], trial["id"], epoch + 1, 0, order[0])]

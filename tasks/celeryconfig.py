@@ -1,0 +1,51 @@
+"""Celery configuration of hoptune, with its environment overrides, in one place.
+
+Loaded by name (``app.config_from_object("tasks.celeryconfig")``). Every
+process of a cluster (workers, beat, the command line, Flower) must see the
+same values; the Redis visibility timeout in particular must be identical
+everywhere and longer than the longest hop, or a slow hop is delivered twice.
+"""
+
+from __future__ import annotations
+
+import os
+
+from regions import Settings
+
+_settings = Settings.from_env()
+
+#: The broker: ``HOPTUNE_BROKER_URL``, or the embedded Redis on a unix socket under HOPTUNE_HOME.
+broker_url = _settings.broker_url or f"redis+socket://{_settings.embedded_socket}"
+# Redis holds only queues and transient results; nothing hoptune needs lives there.
+result_backend = os.environ.get("HOPTUNE_RESULT_BACKEND") or broker_url
+task_ignore_result = True
+
+#: Seconds before Redis hands an unacknowledged hop to another worker.
+visibility_timeout = int(os.environ.get("HOPTUNE_VISIBILITY_TIMEOUT", "7200"))
+broker_transport_options = {"visibility_timeout": visibility_timeout}
+result_backend_transport_options = {"visibility_timeout": visibility_timeout}
+broker_connection_retry_on_startup = True
+
+# Messages are JSON and small: ids, keys and numbers, never pickles or tensors.
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+event_serializer = "json"
+
+# At-least-once delivery: a hop is acknowledged only after it ran, and a hop
+# whose worker died is delivered again; its checkpoint makes the effect exactly once.
+task_acks_late = True
+task_reject_on_worker_lost = True
+worker_prefetch_multiplier = 1
+worker_concurrency = 1  # one hop per GPU at a time
+
+# Flower and `hoptune status` see every task.
+worker_send_task_events = True
+task_send_sent_event = True
+task_track_started = True
+
+task_default_queue = "hoptune.control"
+task_create_missing_queues = True
+worker_hijack_root_logger = False
+timezone = "UTC"
+enable_utc = True

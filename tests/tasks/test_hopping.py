@@ -1,0 +1,127 @@
+"""Model hopping end to end: real Redis, real `celery worker` processes, real store."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+import torch
+
+from regions import Store, ingest, load_config
+from tasks import (
+    app,
+    checkpoint_key,
+    create_study,
+    load_checkpoint,
+    replay_trial,
+    run_hop,
+)
+from tasks._driver import follow, start_studies
+from tasks._inline import run_inline
+from tasks._workflow import tune_step
+
+pytestmark = pytest.mark.integration
+
+
+def _setup(make_config, rt, **kw):  # noqa: ANN001, ANN202
+    region = load_config(make_config(**kw)).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    return region, manifest
+
+
+def test_trials_hop_across_workers_that_own_their_shards(make_config, rt, cluster) -> None:
+    region, manifest = _setup(make_config, rt, shards=3, epochs=2)
+    workers = cluster({"north": 3}, workers=2)
+    owner = {name: {k for _, k in owned}
+             for name, owned in zip(workers.names, workers.assignment, strict=True)}
+    study = create_study(rt, region, manifest=manifest,
+                         configs=[{"lr": 0.02}, {"lr": 0.05, "embedding_dim": 4}])
+    start_studies(app, [study])
+    follow(rt, app, [study], progress=False, timeout=240)
+
+    assert rt.db.study(study)["state"] == "done"
+    trials = rt.db.trials(study)
+    assert [t["state"] for t in trials] == ["done", "done"]
+    for trial in trials:
+        hops = rt.db.hops(trial["id"])
+        assert len(hops) == 2 * 3
+        by_epoch = defaultdict(list)
+        for hop in hops:
+            assert hop["state"] == "done"
+            assert hop["shard"] in owner[hop["worker"]], hop  # ran on an owner of its shard
+            by_epoch[hop["epoch"]].append(hop)
+        for epoch, record in enumerate(rt.db.epochs(trial["id"])):
+            assert record["metric"] is not None
+            visited = [h["shard"] for h in sorted(by_epoch[epoch], key=lambda h: h["position"])]
+            assert visited == record["visit_order"]
+            assert sorted(visited) == [0, 1, 2]  # every shard exactly once
+        # the two workers each trained some of this trial's hops: the model moved
+        assert len({h["worker"] for h in hops}) == 2
+
+        # replaying the recorded visit orders in this process gives bitwise the same weights
+        torch.set_num_threads(1)
+        replayed = replay_trial(rt, trial["id"])
+        final = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], 1, 2)).model
+        assert replayed.keys() == final.keys()
+        for name in final:
+            assert torch.equal(replayed[name], final[name]), name
+
+
+def test_a_redelivered_hop_does_no_training(make_config, rt) -> None:
+    region, manifest = _setup(make_config, rt, shards=2, epochs=2)
+    torch.set_num_threads(1)
+
+    def train(duplicate: bool) -> dict[str, torch.Tensor]:
+        study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
+        (first,) = tune_step(rt, study)
+        report = run_hop(rt, first.kwargs["trial"], 0, 0)
+        assert report.trained and len(report.dispatch) == 1
+        if duplicate:
+            again = run_hop(rt, first.kwargs["trial"], 0, 0)
+            assert not again.trained
+            assert again.skipped == "output checkpoint exists"
+            assert again.dispatch == []  # its successor was already queued: no second hand-on
+        run_inline(rt, report.dispatch)
+        trial = rt.db.trial(first.kwargs["trial"])
+        assert trial["state"] == "done"
+        hops = rt.db.hops(trial["id"])
+        assert hops[0]["deliveries"] == (2 if duplicate else 1)
+        assert all(h["deliveries"] == 1 for h in hops[1:])
+        return load_checkpoint(rt.store, checkpoint_key(study, trial["id"], 1, 1)).model
+
+    once, twice = train(False), train(True)
+    for name in once:
+        assert torch.equal(once[name], twice[name]), name
+
+
+def _hops_run(workers: list[str]) -> int:
+    stats = app.control.inspect(destination=workers, timeout=2.0).stats() or {}
+    return sum(s.get("total", {}).get("hoptune.hop", 0) for s in stats.values())
+
+
+def test_a_duplicate_message_to_a_real_worker_changes_nothing(make_config, rt, cluster) -> None:
+    import time
+
+    region, manifest = _setup(make_config, rt, shards=2, epochs=1)
+    workers = cluster({"north": 2}, workers=2)
+    study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
+    start_studies(app, [study])
+    follow(rt, app, [study], progress=False, timeout=180)
+    (trial,) = rt.db.trials(study)
+    key = checkpoint_key(study, trial["id"], 0, 1)
+    before = rt.store.read_bytes(key)
+    hops_before = rt.db.hops(trial["id"])
+    ran = _hops_run(workers.names)
+    assert ran == 2
+    last = hops_before[1]
+    app.send_task("hoptune.hop", queue=f"hop.north.{last['shard']}", kwargs={
+        "region": "north", "study": study, "trial": trial["id"], "epoch": 0, "position": 1,
+        "shard": last["shard"]})
+    deadline = time.monotonic() + 60
+    while _hops_run(workers.names) == ran and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _hops_run(workers.names) == ran + 1  # the worker ran the duplicate, and it
+    assert rt.store.read_bytes(key) == before  # wrote nothing,
+    assert rt.db.hops(trial["id"]) == hops_before  # recorded nothing,
+    assert rt.db.trial(trial["id"])["state"] == "done"  # and started no further epoch
+    assert len(rt.db.epochs(trial["id"])) == 1
