@@ -1,0 +1,79 @@
+"""Shards and the validation set as tensors ready for training, and batches over them.
+
+A rating region's data is ``{"user": int64, "item": int64, "rating": float32}``
+(user and item as contiguous indices); a tabular region's is
+``{"x": float32 [n, f] standardised, "y": float32}`` for regression or
+``{"x": ..., "y": int64}`` for classification. Every model's ``forward`` takes
+such a dict (or a batch of it).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from regions._errors import StoreError
+from regions._store import Store
+
+__all__ = ["iter_batches", "load_shard", "load_validation"]
+
+
+def load_shard(store: Store, manifest: dict[str, Any], k: int) -> dict[str, torch.Tensor]:
+    """The training rows of shard ``k`` of the ingest that ``manifest`` describes."""
+    keys = manifest["files"]["shards"]
+    if not 0 <= k < len(keys):
+        raise StoreError(
+            f"region {manifest['region']!r}: no shard {k} (its ingest has {len(keys)} shards)"
+        )
+    return _load(store, manifest, keys[k])
+
+
+def load_validation(store: Store, manifest: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The validation rows of the ingest that ``manifest`` describes."""
+    return _load(store, manifest, manifest["files"]["validation"])
+
+
+def iter_batches(
+    data: dict[str, torch.Tensor], batch_size: int, generator: torch.Generator
+) -> Iterator[dict[str, torch.Tensor]]:
+    """One pass over ``data`` in an order drawn from ``generator`` (``torch.randperm``).
+
+    The same data, batch size and generator state give the same batches; the last
+    batch holds the remainder and may be smaller.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    sizes = {len(tensor) for tensor in data.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"tensors of different lengths: {sorted(sizes)}")
+    (rows,) = sizes
+    order = torch.randperm(rows, generator=generator)
+    for start in range(0, rows, batch_size):
+        chosen = order[start : start + batch_size]
+        yield {name: tensor[chosen] for name, tensor in data.items()}
+
+
+def _load(store: Store, manifest: dict[str, Any], key: str) -> dict[str, torch.Tensor]:
+    table = pq.read_table(io.BytesIO(store.read_bytes(key)))
+    columns = manifest["columns"]
+
+    def column(name: str, dtype: np.dtype) -> np.ndarray:
+        return np.array(table.column(name).to_numpy(), dtype=dtype)  # a writable copy
+
+    if manifest["task"] == "rating":
+        return {
+            "user": torch.from_numpy(column(columns["user"], np.int64)),
+            "item": torch.from_numpy(column(columns["item"], np.int64)),
+            "rating": torch.from_numpy(column(columns["rating"], np.float32)),
+        }
+    x = np.stack([column(name, np.float32) for name in columns["features"]], axis=1)
+    label = np.int64 if manifest["task"] == "classification" else np.float32
+    return {
+        "x": torch.from_numpy(np.ascontiguousarray(x)),
+        "y": torch.from_numpy(column(columns["label"], label)),
+    }

@@ -1,0 +1,128 @@
+"""The command line as a user runs it: a subprocess, real files, exit statuses, messages."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFIG = """[defaults]
+shards = 2
+[regions.north]
+data = "data/north.csv"
+family = "rating_mf"
+task = "rating"
+columns = { user = "user_id", item = "item_id", rating = "rating" }
+rating_range = [1.0, 5.0]
+"""
+
+
+def hoptune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tasks.cli", *args], cwd=cwd, text=True,
+                          capture_output=True, env=os.environ.copy(), timeout=120)
+
+
+def files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")} if folder.exists() else set()
+
+
+@pytest.fixture
+def project(home: Path) -> Path:
+    from regions import write_ratings
+
+    write_ratings(home / "data" / "north.csv", n_users=50, n_items=40, n_rows=500, rank=2,
+                  noise=0.3, seed=1)
+    (home / "hoptune.toml").write_text(CONFIG)
+    return home
+
+
+def test_console_script_is_installed() -> None:
+    assert shutil.which("hoptune"), "pip install -e . puts `hoptune` on the PATH"
+
+
+def test_ingest_then_ingest_again_is_a_no_op(project: Path) -> None:
+    first = hoptune("ingest", cwd=project)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("north: ingested, 400 training rows in 2 shards")
+    written = files(project / "store")
+    again = hoptune("ingest", cwd=project)
+    assert again.returncode == 0
+    assert again.stdout.startswith("north: unchanged")
+    assert files(project / "store") == written
+
+
+def _break_row(csv: Path, row: int, value: str) -> None:
+    lines = csv.read_text().splitlines()
+    user, item, _ = lines[row].split(",")
+    lines[row] = f"{user},{item},{value}"
+    csv.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda p: _break_row(p / "data/north.csv", 6, "9"),
+         "data/north.csv: column 'rating': row 6: value 9.0 outside rating_range [1.0, 5.0]"),
+        (lambda p: _break_row(p / "data/north.csv", 3, ""),
+         "data/north.csv: column 'rating': row 3: empty or NaN value"),
+        (lambda p: _break_row(p / "data/north.csv", 2, "good"),
+         "data/north.csv: column 'rating': row 2: 'good' is not a number"),
+        (lambda p: (p / "hoptune.toml").write_text(CONFIG.replace('rating = "rating"',
+                                                                  'rating = "score"')),
+         "data/north.csv: column 'score': no such column (the file has: user_id, item_id, "
+         "rating)"),
+        (lambda p: (p / "data/north.csv").write_text("user_id,item_id,rating\n"),
+         "data/north.csv: no data rows"),
+        (lambda p: (p / "data/north.csv").unlink(),
+         "data/north.csv: no such file"),
+        (lambda p: (p / "hoptune.toml").write_text(CONFIG.replace("shards = 2", "shards = 0")),
+         "hoptune.toml: defaults.shards: must be an integer >= 1, got 0"),
+    ],
+    ids=["out-of-range", "empty-cell", "wrong-type", "missing-column", "empty-region",
+         "missing-file", "bad-config"],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(project: Path, change, message) -> None:
+    change(project)
+    result = hoptune("ingest", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr == f"hoptune: error: {message}\n"
+    assert files(project / "store") == set()
+    assert not (project / "studies.db").exists()
+
+
+def test_bad_data_leaves_an_earlier_ingest_untouched(project: Path) -> None:
+    assert hoptune("ingest", cwd=project).returncode == 0
+    written = {p: (project / "store" / p).read_bytes() for p in files(project / "store")
+               if (project / "store" / p).is_file()}
+    before = files(project / "store")
+    _break_row(project / "data/north.csv", 6, "9")
+    assert hoptune("ingest", cwd=project).returncode == 2
+    assert files(project / "store") == before
+    assert {p: (project / "store" / p).read_bytes() for p in written} == written
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ingest", "west"], "hoptune: error: hoptune.toml: no region 'west' (known: north)\n"),
+        (["worker", "--shards", "north"],
+         "hoptune: error: --shards: expected REGION:INDEX[,REGION:INDEX…], got 'north'\n"),
+        (["worker", "--shards", "North:0"],
+         "hoptune: error: --shards: bad region name 'North' (expected [a-z0-9_-]+)\n"),
+    ],
+)
+def test_bad_arguments(project: Path, args: list[str], message: str) -> None:
+    result = hoptune(*args, cwd=project)
+    assert (result.returncode, result.stderr) == (2, message)
+
+
+def test_argument_type_errors_exit_2(project: Path) -> None:
+    result = hoptune("demo", "--workers", "0", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "hoptune demo: error: argument --workers: must be >= 1, got 0")
+    assert files(project / "store") == set()
