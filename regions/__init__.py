@@ -10,22 +10,38 @@ the store (``ingest``), hands them to training as tensors (``load_shard``,
 
 from __future__ import annotations
 
-from regions._config import Config, load_config
-from regions._errors import (
-    ConfigError,
-    DataError,
-    HoptuneError,
-    StoreError,
-    StudyError,
-    TrialFailed,
-)
-from regions._families import OPTIMIZER_PARAMS, Family, get_family
-from regions._ingest import IngestResult, ingest, load_id_maps, manifest_key, read_manifest
-from regions._schema import Pruner, RatingColumns, RegionConfig, Schedule, TabularColumns
-from regions._settings import Settings
-from regions._store import Store
-from regions._synthetic import write_demo, write_ratings
-from regions._tensors import iter_batches, load_shard, load_validation
+from regions._lazy import lazy_names
+
+_NAMES = {
+    "Config": "regions._config",
+    "load_config": "regions._config",
+    "ConfigError": "regions._errors",
+    "DataError": "regions._errors",
+    "HoptuneError": "regions._errors",
+    "StoreError": "regions._errors",
+    "StudyError": "regions._errors",
+    "TrialFailed": "regions._errors",
+    "OPTIMIZER_PARAMS": "regions._families",
+    "Family": "regions._families",
+    "get_family": "regions._families",
+    "IngestResult": "regions._ingest",
+    "ingest": "regions._ingest",
+    "load_id_maps": "regions._ingest",
+    "manifest_key": "regions._ingest",
+    "read_manifest": "regions._ingest",
+    "Pruner": "regions._schema",
+    "RatingColumns": "regions._schema",
+    "RegionConfig": "regions._schema",
+    "Schedule": "regions._schema",
+    "TabularColumns": "regions._schema",
+    "Settings": "regions._settings",
+    "Store": "regions._store",
+    "write_demo": "regions._synthetic",
+    "write_ratings": "regions._synthetic",
+    "iter_batches": "regions._tensors",
+    "load_shard": "regions._tensors",
+    "load_validation": "regions._tensors",
+}
 
 __all__ = [
     "Config",
@@ -57,3 +73,5 @@ __all__ = [
     "write_demo",
     "write_ratings",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())

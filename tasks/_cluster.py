@@ -13,11 +13,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from regions import StoreError
+from regions import Settings, StoreError
 
-__all__ = ["assign_shards", "LocalCluster", "worker_command"]
+__all__ = ["assign_shards", "LocalCluster", "local_cluster", "worker_command"]
 
 
 def assign_shards(shards: dict[str, int], workers: int) -> list[list[tuple[str, int]]]:
@@ -104,3 +106,28 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def local_cluster(settings: Settings, shards: dict[str, int], workers: int | None,
+                  loglevel: str = "WARNING") -> Iterator[LocalCluster | None]:
+    """The embedded Redis (unless ``HOPTUNE_BROKER_URL`` is set) and ``workers`` local workers.
+
+    With ``workers`` None nothing is started: the workers are elsewhere.
+    """
+    if workers is None:
+        yield None
+        return
+    from tasks._app import app
+    from tasks._broker import EmbeddedRedis
+
+    broker = None if settings.broker_url else EmbeddedRedis(settings.home).start()
+    cluster = LocalCluster(shards, workers, log_dir=settings.home / "logs", loglevel=loglevel)
+    try:
+        cluster.start()
+        cluster.wait_ready(app)
+        yield cluster
+    finally:
+        cluster.stop()
+        if broker is not None:
+            broker.stop()

@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 
 from regions import Settings, Store, ingest, load_config, write_demo
-from tasks._broker import EmbeddedRedis
-from tasks._cluster import LocalCluster
+from tasks._cluster import local_cluster
 from tasks._driver import follow, format_table, start_studies, study_table
 from tasks._runtime import Runtime
 from tasks._workflow import create_study
@@ -29,39 +28,38 @@ DEMO_CONFIGS = [
 ]
 
 
-def run_demo(settings: Settings, *, workers: int = 2, trials: int = 4, epochs: int = 3,
-             progress: bool = True) -> int:
+def run_demo(settings: Settings, *, workers: int = 2, trials: int = 8, epochs: int = 3,
+             parallel: int = 2, fixed: bool = False, progress: bool = True) -> int:
+    """Tune each demo region (or train ``DEMO_CONFIGS`` with ``fixed``); print every trial."""
     started = time.monotonic()
     config = load_config(write_demo(settings.home / "demo"))
     store = Store(settings.store_url)
     manifests = {}
     for region in config.regions.values():
         manifests[region.name] = ingest(region, store).manifest
-    broker = None if settings.broker_url else EmbeddedRedis(settings.home).start()
     from tasks._app import app
 
     rt = Runtime(settings, worker="demo")
-    cluster = LocalCluster({r.name: r.shards for r in config.regions.values()}, workers,
-                           log_dir=settings.home / "logs")
-    try:
-        cluster.start()
-        cluster.wait_ready(app)
+    with local_cluster(settings, {r.name: r.shards for r in config.regions.values()}, workers):
+        configs = (DEMO_CONFIGS * (trials // len(DEMO_CONFIGS) + 1))[:trials] if fixed else None
         study_ids = [
             create_study(rt, region.model_copy(update={"epochs": epochs}),
-                         manifest=manifests[region.name],
-                         configs=(DEMO_CONFIGS * (trials // len(DEMO_CONFIGS) + 1))[:trials])
+                         manifest=manifests[region.name], configs=configs, trials=trials,
+                         parallel=parallel)
             for region in config.regions.values()
         ]
         start_studies(app, study_ids)
         follow(rt, app, study_ids, progress=progress)
-    finally:
-        cluster.stop()
-        if broker is not None:
-            broker.stop()
     rows = [row for s in study_ids for row in study_table(rt, s)]
-    print(format_table(rows, ["region", "trial", "params", "metric", "epochs", "hops",
+    print(format_table(rows, ["region", "trial", "state", "params", "metric", "epochs", "hops",
                               "seconds"]))
-    failed = [r for r in rows if r["state"] != "done"]
+    for study_id in study_ids:
+        study = rt.db.study(study_id)
+        if study["best_trial_id"]:
+            best = rt.db.trial(study["best_trial_id"])
+            print(f"{study['region']}: best trial {best['number']}, validation RMSE "
+                  f"{best['best_metric']:.4f}")
+    failed = [r for r in rows if r["state"] == "failed"]
     print(f"{len(rows)} trials in {len(study_ids)} regions, {time.monotonic() - started:.0f} s"
-          + (f"; {len(failed)} did not finish" if failed else ""))
+          + (f"; {len(failed)} failed" if failed else ""))
     return 1 if failed else 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
@@ -32,31 +31,50 @@ def total_hops(rt: Runtime, study: dict[str, Any]) -> int:
     return study["budget"] * study["epochs"] * study["region_config"]["shards"]
 
 
+def summary(rt: Runtime, study_ids: list[int]) -> str:
+    """One line: best metric so far and trials by state, over the studies."""
+    counts = {"running": 0, "done": 0, "pruned": 0, "failed": 0}
+    best: float | None = None
+    for study_id in study_ids:
+        study = rt.db.study(study_id)
+        for key, n in rt.db.counts(study_id).items():
+            if key in counts:
+                counts[key] += n
+        if len(study_ids) == 1:
+            scored = [t["best_metric"] for t in rt.db.trials(study_id)
+                      if t["best_metric"] is not None]
+            if scored:
+                best = min(scored) if study["minimize"] else max(scored)
+    line = " ".join(f"{k} {v}" for k, v in counts.items())
+    return (f"best {best:.4g} | " if best is not None else "") + line
+
+
 def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = True,
            sweep_every: float = 30.0, stall_seconds: float | None = None,
-           on_tick: Callable[[], None] | None = None, timeout: float | None = None) -> None:
-    """Wait until every study has ended, with a progress bar over their hops."""
+           timeout: float | None = None) -> None:
+    """Wait until every study has ended, with a progress bar over their hops.
+
+    Sends the sweeper's messages every ``sweep_every`` seconds, so a lost
+    message costs a stall rather than the study.
+    """
     from tqdm import tqdm
 
     from tasks._app import send
 
     studies = [rt.db.study(s) for s in study_ids]
     bar = tqdm(total=sum(total_hops(rt, s) for s in studies), unit="hop", disable=not progress,
-               dynamic_ncols=True)
+               dynamic_ncols=True, mininterval=0.5)
     last_sweep = time.monotonic()
     started = time.monotonic()
     try:
         while True:
-            states = [rt.db.study(s)["state"] for s in study_ids]
-            done = sum(1 for s in study_ids for h in rt.db.hops(study_id=s)
-                       if h["state"] == "done")
-            bar.n = done
-            bar.set_postfix_str(f"studies {sum(st != 'running' for st in states)}/{len(states)}")
+            ended = all(rt.db.study(s)["state"] != "running" for s in study_ids)
+            bar.n = bar.total if ended else sum(rt.db.hops_done(s) for s in study_ids)
+            if progress:
+                bar.set_postfix_str(summary(rt, study_ids), refresh=False)
             bar.refresh()
-            if all(st != "running" for st in states):
+            if ended:
                 return
-            if on_tick is not None:
-                on_tick()
             if time.monotonic() - last_sweep > sweep_every:
                 send(sweep(rt, stall_seconds), app)
                 last_sweep = time.monotonic()

@@ -31,13 +31,16 @@ def default_stall_seconds() -> float:
     return float(os.environ.get("HOPTUNE_VISIBILITY_TIMEOUT", "7200")) + 60.0
 
 
-def sweep(rt: Runtime, stall_seconds: float | None = None) -> list[Dispatch]:
-    """Messages that put every stalled trial and idle study back in motion."""
+def sweep(rt: Runtime, stall_seconds: float | None = None, study_id: int | None = None
+          ) -> list[Dispatch]:
+    """Messages that put every stalled trial and idle study (or only ``study_id``'s) in motion."""
     db = rt.db
     stall = default_stall_seconds() if stall_seconds is None else stall_seconds
     cutoff = utcnow() - timedelta(seconds=stall)
     out: list[Dispatch] = []
     for trial in db.stalled_trials(cutoff):
+        if study_id is not None and trial["study_id"] != study_id:
+            continue
         last = db.last_hop(trial["id"])
         if last is None:
             continue
@@ -48,7 +51,7 @@ def sweep(rt: Runtime, stall_seconds: float | None = None) -> list[Dispatch]:
         out.append(hop_dispatch(study["region"], study["id"], trial["id"], last["epoch"],
                                 last["position"], last["shard"]))
     for study in db.studies():
-        if study["state"] != "running":
+        if study["state"] != "running" or study_id not in (None, study["id"]):
             continue
         counts = db.counts(study["id"])
         if counts["running"] == 0:

@@ -36,14 +36,17 @@ def trial_seed(study_seed: int, number: int) -> int:
 
 def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
                  configs: list[dict[str, Any]] | None = None, trials: int | None = None,
-                 parallel: int | None = None, parent_id: int | None = None) -> int:
+                 parallel: int | None = None, parent_id: int | None = None,
+                 where: str | None = None) -> int:
     """Record a study of ``region``: fixed ``configs``, or tuned over the region's space.
 
     With ``configs`` every trial is recorded now (pending) and the budget is
     their number; otherwise ``tune_step`` proposes trials over the space.
+    ``where`` names the space in errors (default ``regions.NAME.space``).
     """
     family = get_family(region)
-    space = None if configs is not None else parse_space(region.space, region.name).to_json()
+    where = where or f"regions.{region.name}.space"
+    space = None if configs is not None else parse_space(region.space, where).to_json()
     budget = len(configs) if configs is not None else (trials or region.trials)
     study_id = rt.db.create_study(
         region=region.name, budget=budget, parallel=parallel or region.parallel,
@@ -87,7 +90,7 @@ def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
         prior = [(p, v) for p, v in _told(parent, names) if space.contains(p)]
     return propose(space, _told(trials, names), [{k: t["params"][k] for k in names}
                                                  for t in active],
-                   free, seed=study["seed"] + len(trials), minimize=bool(study["minimize"]),
+                   free, seed=study["seed"], minimize=bool(study["minimize"]),
                    prior=prior)
 
 
@@ -183,7 +186,8 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
         return [tune_step_dispatch(study["id"])] if ended else []
     if study["space"] is not None:
         pruner = AshaPruner(reduction_factor=region.pruner.reduction_factor,
-                            min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"])
+                            min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"],
+                            where=f"regions.{region.name}.pruner")
         rung = db.rung_values(study["id"], epoch)
         if pruner.should_prune(epoch + 1, metric, rung, minimize=minimize):
             ended = db.end_trial(trial["id"], "pruned")

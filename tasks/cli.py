@@ -58,11 +58,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="start the embedded Redis and N local workers, until Ctrl-C")
     p.add_argument("--workers", type=_positive, default=2)
 
-    p = sub.add_parser("demo", help="synthetic data for 3 regions, trained by hopping, in a table")
+    p = sub.add_parser("demo", help="synthetic data for 3 regions, tuned by hopping, in a table")
     p.add_argument("--workers", type=_positive, default=2)
-    p.add_argument("--trials", type=_positive, default=4, help="trials per region")
+    p.add_argument("--trials", type=_positive, default=8, help="trials per region")
+    p.add_argument("--parallel", type=_positive, default=2, help="concurrent trials per region")
     p.add_argument("--epochs", type=_positive, default=3)
+    p.add_argument("--fixed", action="store_true",
+                   help="train fixed configurations instead of tuning")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("tune", help="tune a region: start its study, or resume the running one")
+    p.add_argument("region", metavar="REGION")
+    p.add_argument("--trials", type=_positive, default=None,
+                   help="trial budget of a new study (default: the region's `trials`)")
+    p.add_argument("--parallel", type=_positive, default=None,
+                   help="concurrent trials of a new study (default: the region's `parallel`)")
+    p.add_argument("--local-workers", type=_positive, default=None, metavar="N",
+                   help="start the embedded Redis and N local workers for this command")
+    p.add_argument("--detach", action="store_true",
+                   help="start or resume the study and return; the workers carry it on")
+    p.add_argument("--no-progress", action="store_true", help="no live view")
 
     p = sub.add_parser("status", help="studies of every region: trials by state, best metric")
     p.add_argument("regions", nargs="*", metavar="REGION")
@@ -142,44 +157,36 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cluster_env(settings: Settings):  # noqa: ANN202 - (EmbeddedRedis | None)
-    from tasks._broker import EmbeddedRedis
-
-    if settings.broker_url:
-        return None
-    return EmbeddedRedis(settings.home).start()
-
-
 def cmd_up(args: argparse.Namespace) -> int:
     from tasks._app import app
-    from tasks._cluster import LocalCluster
+    from tasks._cluster import local_cluster
 
     settings = _settings()
     config = _config(args)
-    broker = _cluster_env(settings)
-    cluster = LocalCluster({r.name: r.shards for r in config.regions.values()}, args.workers,
-                           log_dir=settings.home / "logs", loglevel="INFO")
-    try:
-        cluster.start()
-        cluster.wait_ready(app)
+    shards = {r.name: r.shards for r in config.regions.values()}
+    with local_cluster(settings, shards, args.workers, loglevel="INFO") as cluster:
         for name, owned in zip(cluster.names, cluster.assignment, strict=True):
             print(f"{name}: " + ", ".join(f"{r}:{k}" for r, k in owned))
         print(f"broker {app.conf.broker_url}; logs in {settings.home / 'logs'}; Ctrl-C stops")
         while cluster.alive():
             time.sleep(1.0)
-        print("hoptune: a worker exited; stopping", file=sys.stderr)
-        return 1
-    finally:
-        cluster.stop()
-        if broker is not None:
-            broker.stop()
+    print("hoptune: a worker exited; stopping", file=sys.stderr)
+    return 1
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from tasks._tune import tune_region
+
+    return tune_region(_settings(), _config(args), args.region, trials=args.trials,
+                       parallel=args.parallel, local_workers=args.local_workers,
+                       progress=not args.no_progress, detach=args.detach)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from tasks._demo import run_demo
 
     return run_demo(_settings(), workers=args.workers, trials=args.trials, epochs=args.epochs,
-                    progress=not args.no_progress)
+                    parallel=args.parallel, fixed=args.fixed, progress=not args.no_progress)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -225,6 +232,7 @@ COMMANDS = {
     "worker": cmd_worker,
     "up": cmd_up,
     "demo": cmd_demo,
+    "tune": cmd_tune,
     "status": cmd_status,
     "sweep": cmd_sweep,
 }

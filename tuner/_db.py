@@ -504,6 +504,15 @@ class StudyDB:
         )
         return [_row(r) for r in rows]
 
+    def hops_done(self, study_id: int) -> int:
+        """How many hops of the study have finished."""
+        with self.transaction() as conn:
+            return int(conn.execute(
+                select(func.count()).select_from(hops)
+                .join(trials, trials.c.id == hops.c.trial_id)
+                .where(trials.c.study_id == study_id, hops.c.state == "done")
+            ).scalar_one())
+
     def counts(self, study_id: int) -> dict[str, int]:
         with self.transaction() as conn:
             rows = conn.execute(select(trials.c.state, func.count()).where(

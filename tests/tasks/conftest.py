@@ -11,7 +11,7 @@ CONFIG = """
 [defaults]
 shards = {shards}
 epochs = {epochs}
-batch_size = 128
+batch_size = {batch_size}
 seed = 3
 validation_fraction = 0.2
 optimizer = "fused_adamw"
@@ -46,8 +46,9 @@ def make_config(home: Path) -> Callable[..., Path]:
     from regions import write_ratings
 
     def make(regions: tuple[str, ...] = ("north",), *, shards: int = 2, epochs: int = 2,
-             trials: int = 4, parallel: int = 2, rows: int = 3000) -> Path:
-        text = CONFIG.format(shards=shards, epochs=epochs, trials=trials, parallel=parallel)
+             trials: int = 4, parallel: int = 2, rows: int = 3000, batch_size: int = 128) -> Path:
+        text = CONFIG.format(shards=shards, epochs=epochs, trials=trials, parallel=parallel,
+                             batch_size=batch_size)
         for i, name in enumerate(regions):
             write_ratings(home / "data" / f"{name}.csv", n_users=100, n_items=80, n_rows=rows,
                           rank=3, noise=0.3, seed=10 + i)

@@ -126,3 +126,60 @@ def test_argument_type_errors_exit_2(project: Path) -> None:
     assert result.stderr.splitlines()[-1] == (
         "hoptune demo: error: argument --workers: must be >= 1, got 0")
     assert files(project / "store") == set()
+
+
+SPACE = """[defaults.space]
+lr = { type = "real", low = 0.001, high = 0.3, prior = "log" }
+"""
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ('lr = { type = "real", low = 0.3, high = 0.001, prior = "log" }',
+         "hoptune.toml: regions.north.space.lr: low (0.3) must be < high (0.001)"),
+        ('lr = { type = "real", low = 0.0, high = 0.1, prior = "log" }',
+         "hoptune.toml: regions.north.space.lr: low (0.0) must be > 0 for prior 'log'"),
+        ('act = { type = "categorical", choices = [] }',
+         "hoptune.toml: regions.north.space.act: choices must not be empty"),
+        ('lr = { type = "float", low = 0.1, high = 0.2 }',
+         "hoptune.toml: regions.north.space.lr: unknown type 'float' "
+         "(expected one of: categorical, int, real)"),
+    ],
+    ids=["low-not-below-high", "log-of-zero", "empty-choices", "unknown-type"],
+)
+def test_tune_with_a_bad_space_writes_no_study(project: Path, space: str, message: str) -> None:
+    (project / "hoptune.toml").write_text(CONFIG.replace("[regions.north]", f"""[defaults.space]
+{space}
+
+[regions.north]"""))
+    result = hoptune("tune", "north", "--no-progress", cwd=project)
+    assert (result.returncode, result.stderr) == (2, f"hoptune: error: {message}\n")
+    assert files(project / "store") == set()
+    from tuner._db import StudyDB
+
+    assert StudyDB(f"sqlite:///{project / 'studies.db'}").studies() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "last_line"),
+    [
+        (["tune"], "hoptune tune: error: the following arguments are required: REGION"),
+        (["tune", "north", "--trials", "0"],
+         "hoptune tune: error: argument --trials: must be >= 1, got 0"),
+        (["tune", "north", "--parallel", "two"],
+         "hoptune tune: error: argument --parallel: expected a whole number, got 'two'"),
+    ],
+)
+def test_tune_argument_errors(project: Path, args: list[str], last_line: str) -> None:
+    result = hoptune(*args, cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == last_line
+    assert not (project / "studies.db").exists()
+
+
+def test_tune_unknown_region(project: Path) -> None:
+    result = hoptune("tune", "west", cwd=project)
+    assert (result.returncode, result.stderr) == (
+        2, "hoptune: error: hoptune.toml: no region 'west' (known: north)\n")
+    assert not (project / "studies.db").exists()

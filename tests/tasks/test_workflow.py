@@ -1,0 +1,126 @@
+"""The tuning workflow without Celery: slots, pruning, warm starts, concurrent tune_step."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+
+from regions import Settings, Store, ingest, load_config
+from tasks import Runtime, create_study, run_inline, tune_step
+from tasks._hop import tune_step_dispatch
+from tuner import AshaPruner
+
+
+def _region(make_config, rt, **kw):  # noqa: ANN001, ANN202
+    region = load_config(make_config(**kw)).region("north")
+    return region, ingest(region, Store(rt.settings.store_url)).manifest
+
+
+def test_two_tune_steps_at_once_never_overfill_or_propose_twice(make_config, rt) -> None:
+    region, manifest = _region(make_config, rt, trials=12, parallel=3)
+    study = create_study(rt, region, manifest=manifest)
+    results: list[list] = [[], []]
+    runtimes = [Runtime(Settings.from_env(), worker=f"t{i}") for i in range(2)]
+    barrier = threading.Barrier(2)
+
+    def step(i: int) -> None:
+        barrier.wait()
+        results[i] = tune_step(runtimes[i], study)
+
+    threads = [threading.Thread(target=step, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    trials = rt.db.trials(study)
+    assert len(trials) == 3  # the parallel limit, not 6
+    assert sum(t["state"] == "running" for t in trials) == 3
+    assert len({tuple(sorted(t["params"].items())) for t in trials}) == 3
+    assert len(results[0]) + len(results[1]) == 3  # one first hop per started trial
+    # once more, with every slot taken: nothing new
+    assert tune_step(rt, study) == []
+    assert len(rt.db.trials(study)) == 3
+
+
+def test_a_study_spends_its_budget_and_prunes_at_the_rungs(make_config, rt) -> None:
+    region, manifest = _region(make_config, rt, trials=8, parallel=2, epochs=4)
+    study = create_study(rt, region, manifest=manifest)
+    run_inline(rt, [tune_step_dispatch(study)])
+    record = rt.db.study(study)
+    assert record["state"] == "done"
+    trials = rt.db.trials(study)
+    assert len(trials) == 8
+    assert len({tuple(sorted(t["params"].items())) for t in trials}) == 8
+    pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=4)
+    rungs = pruner.rungs()
+    pruned = [t for t in trials if t["state"] == "pruned"]
+    done = [t for t in trials if t["state"] == "done"]
+    assert pruned and done
+    for t in done:
+        assert t["epochs_done"] == 4
+        assert [e["epoch"] for e in rt.db.epochs(t["id"])] == [0, 1, 2, 3]
+    for t in pruned:
+        assert t["epochs_done"] in rungs  # stopped right after a rung
+        epochs = rt.db.epochs(t["id"])
+        at_rung = epochs[-1]["metric"]
+        # the trials that went on past that rung scored better there than the pruned one
+        went_on = [rt.db.epochs(o["id"])[t["epochs_done"] - 1]["metric"] for o in trials
+                   if o["epochs_done"] > t["epochs_done"]]
+        assert went_on and min(went_on) < at_rung
+    best = rt.db.trial(record["best_trial_id"])
+    assert best["best_metric"] == min(t["best_metric"] for t in done)
+
+
+def _seed_parent(rt, region, manifest, good_lr: float) -> int:  # noqa: ANN001
+    """A finished study whose results say: the closer lr is to ``good_lr``, the better."""
+    parent = create_study(rt, region, manifest=manifest, trials=20)
+    entries = []
+    for i in range(20):
+        lr = 10 ** (-3 + 2.4 * i / 19)
+        entries.append(({"lr": lr, "embedding_dim": 4 + (i * 7) % 13}, i))
+    ids = rt.db.create_trials(parent, entries)
+    for tid, (params, _) in zip(ids, entries, strict=True):
+        rt.db.start_epoch(tid, 0, [0, 1])
+        metric = 0.5 + (math.log10(params["lr"]) - math.log10(good_lr)) ** 2
+        rt.db.record_metric(tid, 0, metric, minimize=True)
+        rt.db.end_trial(tid, "done")
+    rt.db.finish_study(parent, "done")
+    return parent
+
+
+def test_a_warm_started_study_proposes_from_the_good_region(make_config, rt) -> None:
+    region, manifest = _region(make_config, rt, trials=8, parallel=4)
+    parent = _seed_parent(rt, region, manifest, good_lr=0.02)
+    warm = create_study(rt, region, manifest=manifest, parent_id=parent)
+    cold = create_study(rt, region, manifest=manifest)
+    tune_step(rt, warm)
+    tune_step(rt, cold)
+
+    def distance(study: int) -> list[float]:
+        return [abs(math.log10(t["params"]["lr"]) - math.log10(0.02))
+                for t in rt.db.trials(study)]
+
+    assert len(distance(warm)) == 4
+    assert max(distance(warm)) < 0.5  # every first proposal within ~3x of the good lr
+    assert sum(distance(cold)) > sum(distance(warm))
+
+
+@pytest.mark.parametrize("bad", ["low-high", "unknown-type"])
+def test_a_bad_space_writes_no_study(make_config, rt, bad: str) -> None:
+    from regions import ConfigError
+    from tasks._tune import open_study
+
+    path = make_config()
+    text = path.read_text()
+    if bad == "low-high":
+        text = text.replace("low = 0.001, high = 0.3", "low = 0.3, high = 0.001")
+    else:
+        text = text.replace('type = "int"', 'type = "integer"')
+    path.write_text(text)
+    config = load_config(path)
+    with pytest.raises(ConfigError):
+        open_study(rt, config, config.region("north"))
+    assert rt.db.studies() == []
+    assert not (rt.settings.home / "store").exists()

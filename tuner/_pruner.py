@@ -1,0 +1,80 @@
+"""Early stopping of weak trials: asynchronous successive halving (ASHA) over epochs.
+
+Rungs sit at epochs ``min_epochs * reduction_factor**k`` below ``max_epochs``
+(epochs count from 1; epoch e is a rung once its e-th epoch has ended). A
+study too short for a rung (``min_epochs >= max_epochs``) prunes nothing. At a
+rung a trial goes on only if its value ranks in the top ``1/reduction_factor``
+of the values recorded at that rung so far, by any trial of the study, itself
+included. Nothing waits for the rung to fill: a decision uses what has been
+recorded when the trial gets there, as ASHA does.
+
+With few values (fewer than ``reduction_factor``), the top fraction would hold
+no trial, so at least one place is kept: a trial goes on if it is the best
+recorded so far. The first trial to reach a rung always goes on; the second
+goes on only if it beats the first. A value tied with the last kept place goes
+on. A non-finite value (a diverged trial) is pruned at any epoch.
+
+Immutable and stateless: safe to share between threads and processes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from regions._errors import ConfigError
+
+__all__ = ["AshaPruner"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AshaPruner:
+    """ASHA across epochs; ``where`` prefixes configuration errors."""
+
+    reduction_factor: int = 3
+    min_epochs: int = 1
+    max_epochs: int
+    where: str = field(default="pruner", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, value, least in (
+            ("reduction_factor", self.reduction_factor, 2),
+            ("min_epochs", self.min_epochs, 1),
+            ("max_epochs", self.max_epochs, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"{self.where}: {name} ({value!r}) must be an integer >= {least}")
+
+    def rungs(self) -> tuple[int, ...]:
+        """The epochs after which trials are compared, in increasing order."""
+        rungs = []
+        epoch = self.min_epochs
+        while epoch < self.max_epochs:
+            rungs.append(epoch)
+            epoch *= self.reduction_factor
+        return tuple(rungs)
+
+    def should_prune(
+        self, epoch: int, value: float, rung_values: Sequence[float], minimize: bool = True
+    ) -> bool:
+        """Whether a trial that just ended ``epoch`` with ``value`` stops now.
+
+        ``rung_values`` are the values every trial of the study recorded at this
+        epoch so far, this trial's ``value`` included.
+        """
+        if not 1 <= epoch <= self.max_epochs:
+            raise ValueError(f"epoch {epoch} is outside 1..{self.max_epochs}")
+        if not math.isfinite(value):
+            return True
+        if epoch not in self.rungs():
+            return False
+        if value not in rung_values:
+            raise ValueError(f"rung_values must include this trial's value {value!r}")
+        recorded = [v for v in rung_values if math.isfinite(v)]
+        kept = max(1, len(recorded) // self.reduction_factor)
+        if minimize:
+            better = sum(v < value for v in recorded)
+        else:
+            better = sum(v > value for v in recorded)
+        return better >= kept
