@@ -11,14 +11,20 @@ import math
 import torch
 from torch import nn
 
+import kernels
+
 __all__ = ["ACTIVATIONS", "RatingMF", "TabularMLP"]
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 
 
 def _to_range(z: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """Map scores onto (low, high): ``low + (high - low) * sigmoid(z)``."""
-    return low + (high - low) * torch.sigmoid(z)
+    """Map scores onto (low, high): ``low + (high - low) * sigmoid(z)``.
+
+    The scaled sigmoid is one fused kernel on a GPU (and its safe formulation
+    never overflows ``exp`` for large negative scores).
+    """
+    return low + kernels.scaled_sigmoid(z, high - low)
 
 
 class RatingMF(nn.Module):

@@ -67,6 +67,9 @@ def _preload_shards(**_: Any) -> None:
     import torch
 
     torch.set_num_threads(int(os.environ.get("HOPTUNE_TORCH_THREADS", "1")))
+    # torch loads its compiler stack (about a second) on the first optimizer of a process:
+    # pay for it at start rather than in the first hop
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     spec = os.environ.get("HOPTUNE_WORKER_SHARDS")
     if spec:
         runtime().preload(parse_shard_spec(spec))

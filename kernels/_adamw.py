@@ -1,0 +1,146 @@
+"""FusedAdamW: torch.optim.AdamW's update as one fused kernel per launch."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+
+from kernels import _dispatch, reference
+from kernels._blocks import in_blocks
+from kernels._multi_tensor import pointer_table
+from kernels._specs import ADAMW
+from kernels.reference import AdamWScalars
+
+__all__ = ["FusedAdamW"]
+
+
+class FusedAdamW(torch.optim.Optimizer):
+    """AdamW (decoupled weight decay, bias correction, optional amsgrad) with fused steps.
+
+    Drop-in for ``torch.optim.AdamW``: the same arguments and defaults, the same
+    state (``step``, ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq``) and so the
+    same ``state_dict``. On CUDA tensors each step is one CuPy kernel launch per
+    (device, dtype, step count) that reads and writes every number once, in
+    the tensors' own memory. Elsewhere the step runs the torch reference of the
+    same formulas (``kernels.reference.adamw_step_``), on the CPU in
+    cache-sized blocks. The path taken, and why, is logged once on the
+    "kernels" logger. Sparse gradients are not supported.
+    """
+
+    def __init__(
+        self,
+        params: torch.optim.optimizer.ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = {
+            "lr": lr,
+            "betas": (float(betas[0]), float(betas[1])),
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "amsgrad": amsgrad,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("amsgrad", False)
+            group.setdefault("maximize", False)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """Perform one optimization step; closure re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            self._step_group(group)
+        return loss
+
+    def _step_group(self, group: dict) -> None:
+        amsgrad = bool(group["amsgrad"])
+        buckets: dict[tuple[torch.device, torch.dtype, float], list[_dispatch.Slot]] = {}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError("FusedAdamW does not support sparse gradients")
+            state = self.state[p]
+            if not state:
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if amsgrad and "max_exp_avg_sq" not in state:
+                state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["step"] += 1
+            slot = (
+                p,
+                p.grad,
+                state["exp_avg"],
+                state["exp_avg_sq"],
+                state["max_exp_avg_sq"] if amsgrad else None,
+            )
+            if torch.is_complex(p):
+                slot = tuple(None if t is None else torch.view_as_real(t) for t in slot)
+            key = (slot[0].device, slot[0].dtype, float(state["step"]))
+            buckets.setdefault(key, []).append(slot)
+
+        beta1, beta2 = group["betas"]
+        for (device, dtype, step), slots in buckets.items():
+            scalars = AdamWScalars.for_step(
+                lr=float(group["lr"]),
+                beta1=float(beta1),
+                beta2=float(beta2),
+                eps=float(group["eps"]),
+                weight_decay=float(group["weight_decay"]),
+                step=step,
+            )
+            kernel, fallback = _dispatch.split_by_path("FusedAdamW", device, dtype, slots)
+            if kernel:
+                _launch(kernel, device, dtype, scalars, amsgrad, bool(group["maximize"]))
+            for slot in fallback:
+                for block in in_blocks(slot):
+                    reference.adamw_step_(*block, scalars, maximize=bool(group["maximize"]))
+
+
+def _launch(
+    slots: list[_dispatch.Slot],
+    device: torch.device,
+    dtype: torch.dtype,
+    scalars: AdamWScalars,
+    amsgrad: bool,
+    maximize: bool,
+) -> None:
+    roles = ("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")
+    table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)}, device)
+    if table.size == 0:
+        return
+    args = {
+        **table.rows,
+        "offsets": table.offsets,
+        "n_tensors": table.n_tensors,
+        **dataclasses.asdict(scalars),
+        "amsgrad": int(amsgrad),
+        "maximize": int(maximize),
+    }
+    _dispatch.launch(ADAMW, dtype, device, args, table.size)

@@ -1,0 +1,143 @@
+"""FusedSGD: torch.optim.SGD's update as one fused kernel per launch."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+
+from kernels import _dispatch, reference
+from kernels._blocks import in_blocks
+from kernels._multi_tensor import pointer_table
+from kernels._specs import SGD
+from kernels.reference import SGDScalars
+
+__all__ = ["FusedSGD"]
+
+
+class FusedSGD(torch.optim.Optimizer):
+    """SGD (momentum, dampening, Nesterov, weight decay) with fused steps.
+
+    Drop-in for ``torch.optim.SGD``: the same arguments and defaults, the same
+    state (``momentum_buffer``, kept only when momentum is nonzero) and so the
+    same ``state_dict``. On CUDA tensors each step is one CuPy kernel launch per
+    (device, dtype) that reads and writes every number once, in the tensors'
+    own memory (the first momentum step, which starts the buffer from the
+    gradient, is a launch of its own). Elsewhere it runs the torch reference
+    (``kernels.reference.sgd_step_``), on the CPU in cache-sized blocks. The
+    path taken, and why, is logged once on the "kernels" logger. Sparse
+    gradients are not supported.
+    """
+
+    def __init__(
+        self,
+        params: torch.optim.optimizer.ParamsT,
+        lr: float = 1e-3,
+        momentum: float = 0,
+        dampening: float = 0,
+        weight_decay: float = 0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("nesterov", False)
+            group.setdefault("maximize", False)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """Perform one optimization step; closure re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            self._step_group(group)
+        return loss
+
+    def _step_group(self, group: dict) -> None:
+        momentum = float(group["momentum"])
+        buckets: dict[tuple[torch.device, torch.dtype, bool], list[_dispatch.Slot]] = {}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError("FusedSGD does not support sparse gradients")
+            buf = None
+            first_step = False
+            if momentum != 0:
+                state = self.state[p]
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    first_step = True
+                    buf = torch.empty_like(p, memory_format=torch.preserve_format)
+                    state["momentum_buffer"] = buf
+            slot = (p, p.grad, buf)
+            if torch.is_complex(p):
+                slot = tuple(None if t is None else torch.view_as_real(t) for t in slot)
+            buckets.setdefault((slot[0].device, slot[0].dtype, first_step), []).append(slot)
+
+        scalars = SGDScalars.for_group(
+            lr=float(group["lr"]),
+            weight_decay=float(group["weight_decay"]),
+            momentum=momentum,
+            dampening=float(group["dampening"]),
+        )
+        nesterov = bool(group["nesterov"])
+        maximize = bool(group["maximize"])
+        for (device, dtype, first_step), slots in buckets.items():
+            kernel, fallback = _dispatch.split_by_path("FusedSGD", device, dtype, slots)
+            if kernel:
+                _launch(kernel, device, dtype, scalars, nesterov, first_step, maximize)
+            for slot in fallback:
+                for p, grad, buf in in_blocks(slot):
+                    reference.sgd_step_(
+                        p, grad, buf, scalars, nesterov=nesterov, first_step=first_step,
+                        maximize=maximize,
+                    )
+
+
+def _launch(
+    slots: list[_dispatch.Slot],
+    device: torch.device,
+    dtype: torch.dtype,
+    scalars: SGDScalars,
+    nesterov: bool,
+    first_step: bool,
+    maximize: bool,
+) -> None:
+    roles = ("params", "grads", "momentum_buffers")
+    table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)}, device)
+    if table.size == 0:
+        return
+    args = {
+        **table.rows,
+        "offsets": table.offsets,
+        "n_tensors": table.n_tensors,
+        **dataclasses.asdict(scalars),
+        "nesterov": int(nesterov),
+        "first_step": int(first_step),
+        "maximize": int(maximize),
+    }
+    _dispatch.launch(SGD, dtype, device, args, table.size)

@@ -1,0 +1,111 @@
+"""The declarations of hoptune's elementwise kernels.
+
+Each operation is a call into the kernel's ``.cuh`` math. The multi-tensor
+kernels (AdamW, SGD, scale) take tables of data pointers, one row per tensor
+role, plus ``offsets`` (see multi_tensor.cuh), so one launch updates every
+tensor of one dtype and device in place.
+"""
+
+from __future__ import annotations
+
+from kernels._source import KernelSpec, Param
+
+__all__ = ["ADAMW", "ALL", "SCALE", "SCALED_SIGMOID", "SCALED_SIGMOID_GRAD", "SGD"]
+
+
+def _raw(name: str, type_: str = "int64") -> Param:
+    return Param(name, type_, "raw")
+
+
+def _scalar(name: str, type_: str = "real") -> Param:
+    return Param(name, type_, "scalar")
+
+
+_LOCATE = """
+const long long t = ht_tensor_of(&offsets[0], n_tensors, i);
+const long long k = i - offsets[t];
+"""
+
+ADAMW = KernelSpec(
+    name="ht_adamw",
+    headers=("multi_tensor.cuh", "adamw.cuh"),
+    inputs=(
+        _raw("params"),
+        _raw("grads"),
+        _raw("exp_avgs"),
+        _raw("exp_avg_sqs"),
+        _raw("max_exp_avg_sqs"),
+        _raw("offsets"),
+        _scalar("n_tensors", "int64"),
+        _scalar("decay"),
+        _scalar("one_minus_beta1"),
+        _scalar("beta2"),
+        _scalar("one_minus_beta2"),
+        _scalar("neg_step_size"),
+        _scalar("bias_correction2_sqrt"),
+        _scalar("eps"),
+        _scalar("amsgrad", "int32"),
+        _scalar("maximize", "int32"),
+    ),
+    outputs=(),
+    operation=_LOCATE
+    + """
+HT_FN(ht_adamw_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
+    (HT_REAL *)exp_avgs[t] + k, (HT_REAL *)exp_avg_sqs[t] + k,
+    amsgrad ? (HT_REAL *)max_exp_avg_sqs[t] + k : (HT_REAL *)0,
+    decay, one_minus_beta1, beta2, one_minus_beta2, neg_step_size,
+    bias_correction2_sqrt, eps, amsgrad, maximize)
+""",
+)
+
+SGD = KernelSpec(
+    name="ht_sgd",
+    headers=("multi_tensor.cuh", "sgd.cuh"),
+    inputs=(
+        _raw("params"),
+        _raw("grads"),
+        _raw("momentum_buffers"),
+        _raw("offsets"),
+        _scalar("n_tensors", "int64"),
+        _scalar("neg_lr"),
+        _scalar("weight_decay"),
+        _scalar("momentum"),
+        _scalar("one_minus_dampening"),
+        _scalar("nesterov", "int32"),
+        _scalar("first_step", "int32"),
+        _scalar("maximize", "int32"),
+    ),
+    outputs=(),
+    operation=_LOCATE
+    + """
+HT_FN(ht_sgd_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
+    momentum != 0 ? (HT_REAL *)momentum_buffers[t] + k : (HT_REAL *)0,
+    neg_lr, weight_decay, momentum, one_minus_dampening, nesterov, first_step, maximize)
+""",
+)
+
+SCALE = KernelSpec(
+    name="ht_scale",
+    headers=("multi_tensor.cuh", "scale.cuh"),
+    inputs=(_raw("values"), _raw("offsets"), _scalar("n_tensors", "int64"), _raw("coef", "real")),
+    outputs=(),
+    operation=_LOCATE + "HT_FN(ht_scale)((HT_REAL *)values[t] + k, coef[0])",
+)
+
+SCALED_SIGMOID = KernelSpec(
+    name="ht_scaled_sigmoid",
+    headers=("scaled_sigmoid.cuh",),
+    inputs=(Param("x", "real", "array"), _scalar("scale")),
+    outputs=(Param("y", "real", "array"),),
+    operation="y = HT_FN(ht_scaled_sigmoid)(x, scale)",
+)
+
+SCALED_SIGMOID_GRAD = KernelSpec(
+    name="ht_scaled_sigmoid_grad",
+    headers=("scaled_sigmoid.cuh",),
+    inputs=(Param("x", "real", "array"), Param("grad_out", "real", "array"), _scalar("scale")),
+    outputs=(Param("grad_x", "real", "array"),),
+    operation="grad_x = HT_FN(ht_scaled_sigmoid_grad)(x, grad_out, scale)",
+)
+
+ALL: tuple[KernelSpec, ...] = (ADAMW, SGD, SCALE, SCALED_SIGMOID, SCALED_SIGMOID_GRAD)

@@ -1,0 +1,30 @@
+/* The floating type the kernel math is written in, chosen per build.
+
+   Every kernel's math is written once against HT_REAL, its functions named
+   through HT_FN(name), which appends _f (float) or _d (double). A build
+   defines HT_DOUBLE as 0 or 1, then includes this file and the math files;
+   one translation unit may do so once per type, so nothing here is guarded.
+
+   Only C99 and CUDA C++ are used, so the same files build with gcc for the
+   host (with __device__ and __forceinline__ defined away) and with NVRTC or
+   nvcc for a GPU. */
+
+#undef HT_REAL
+#undef HT_FN
+#undef HT_SQRT
+#undef HT_EXP
+#undef HT_FABS
+
+#if HT_DOUBLE
+#define HT_REAL double
+#define HT_FN(name) name##_d
+#define HT_SQRT sqrt
+#define HT_EXP exp
+#define HT_FABS fabs
+#else
+#define HT_REAL float
+#define HT_FN(name) name##_f
+#define HT_SQRT sqrtf
+#define HT_EXP expf
+#define HT_FABS fabsf
+#endif

@@ -1,0 +1,166 @@
+"""The torch reference of every kernel.
+
+Each function here is the formula of one ``.cuh`` file written as torch tensor
+code, one elementary operation at a time in the same order, so it rounds as
+the kernels do: every step is one IEEE operation, except that torch's CPU
+``sqrt`` and ``exp`` are not always correctly rounded (an ulp, in about one
+element in a hundred). It is what the fused optimizers run wherever the CuPy
+kernels cannot, and what the kernels are tested against. Operations that fuse
+a multiply-add on some CPUs and not on others (``lerp``, ``addcmul``, ``add``
+with ``alpha``) are avoided on purpose, so results do not depend on the CPU.
+
+The per-step scalars (bias corrections and the like) are host arithmetic in
+Python floats, shared by both paths through ``AdamWScalars`` and ``SGDScalars``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "AdamWScalars",
+    "SGDScalars",
+    "adamw_step_",
+    "scale_",
+    "scaled_sigmoid",
+    "scaled_sigmoid_grad",
+    "sgd_step_",
+]
+
+
+@dataclass(frozen=True)
+class AdamWScalars:
+    """The scalars of one AdamW step, in the order the kernel takes them."""
+
+    decay: float
+    one_minus_beta1: float
+    beta2: float
+    one_minus_beta2: float
+    neg_step_size: float
+    bias_correction2_sqrt: float
+    eps: float
+
+    @classmethod
+    def for_step(
+        cls,
+        *,
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        weight_decay: float,
+        step: float,
+    ) -> AdamWScalars:
+        """The scalars of step number ``step`` (1 for the first step)."""
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        return cls(
+            decay=1 - lr * weight_decay,
+            one_minus_beta1=1 - beta1,
+            beta2=beta2,
+            one_minus_beta2=1 - beta2,
+            neg_step_size=-(lr / bias_correction1),
+            bias_correction2_sqrt=bias_correction2**0.5,
+            eps=eps,
+        )
+
+    def as_tuple(self) -> tuple[float, ...]:
+        return dataclasses.astuple(self)
+
+
+@dataclass(frozen=True)
+class SGDScalars:
+    """The scalars of one SGD step, in the order the kernel takes them."""
+
+    neg_lr: float
+    weight_decay: float
+    momentum: float
+    one_minus_dampening: float
+
+    @classmethod
+    def for_group(
+        cls, *, lr: float, weight_decay: float, momentum: float, dampening: float
+    ) -> SGDScalars:
+        return cls(
+            neg_lr=-lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            one_minus_dampening=1 - dampening,
+        )
+
+    def as_tuple(self) -> tuple[float, ...]:
+        return dataclasses.astuple(self)
+
+
+def adamw_step_(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    max_exp_avg_sq: torch.Tensor | None,
+    scalars: AdamWScalars,
+    *,
+    maximize: bool = False,
+) -> None:
+    """One AdamW step in place (adamw.cuh); amsgrad when max_exp_avg_sq is given."""
+    s = scalars
+    g = torch.neg(grad) if maximize else grad
+    exp_avg.add_(torch.sub(g, exp_avg).mul_(s.one_minus_beta1))
+    exp_avg_sq.mul_(s.beta2).add_(torch.mul(g, s.one_minus_beta2).mul_(g))
+    v = exp_avg_sq
+    if max_exp_avg_sq is not None:
+        torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+        v = max_exp_avg_sq
+    denom = torch.sqrt(v).div_(s.bias_correction2_sqrt).add_(s.eps)
+    if s.decay != 1:
+        param.mul_(s.decay)
+    param.add_(torch.mul(exp_avg, s.neg_step_size).div_(denom))
+
+
+def sgd_step_(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    momentum_buffer: torch.Tensor | None,
+    scalars: SGDScalars,
+    *,
+    nesterov: bool,
+    first_step: bool,
+    maximize: bool = False,
+) -> None:
+    """One SGD step in place (sgd.cuh); momentum_buffer is needed iff momentum != 0."""
+    s = scalars
+    g = torch.neg(grad) if maximize else grad
+    if s.weight_decay != 0:
+        g = torch.add(g, torch.mul(param, s.weight_decay))
+    if s.momentum != 0:
+        if momentum_buffer is None:
+            raise ValueError("sgd_step_: momentum is nonzero but momentum_buffer is None")
+        if first_step:
+            momentum_buffer.copy_(g)
+        else:
+            momentum_buffer.mul_(s.momentum).add_(torch.mul(g, s.one_minus_dampening))
+        g = torch.add(g, torch.mul(momentum_buffer, s.momentum)) if nesterov else momentum_buffer
+    param.add_(torch.mul(g, s.neg_lr))
+
+
+def scaled_sigmoid(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale * sigmoid(x), evaluated through exp(-|x|) (scaled_sigmoid.cuh)."""
+    e = torch.exp(torch.abs(x).neg_())
+    numerator = torch.where(x >= 0, torch.full_like(e, scale), torch.mul(e, scale))
+    return numerator.div_(e.add_(1))
+
+
+def scaled_sigmoid_grad(x: torch.Tensor, grad_out: torch.Tensor, scale: float) -> torch.Tensor:
+    """grad_out * d(scale * sigmoid(x))/dx = grad_out * scale * e / (1 + e)^2, e = exp(-|x|)."""
+    e = torch.exp(torch.abs(x).neg_())
+    numerator = torch.mul(grad_out, scale).mul_(e)
+    one_plus_e = e.add_(1)
+    return numerator.div_(torch.mul(one_plus_e, one_plus_e))
+
+
+def scale_(tensor: torch.Tensor, coef: torch.Tensor) -> None:
+    """tensor *= coef in place (scale.cuh); coef is a one-element tensor."""
+    tensor.mul_(coef)
