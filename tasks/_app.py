@@ -10,6 +10,8 @@ from celery import Celery, Task
 from celery.signals import worker_process_init
 
 from tasks._hop import Dispatch, HopReport, run_hop
+from tasks._nightly import start_nightly
+from tasks._promotion import promote_study
 from tasks._runtime import parse_shard_spec, runtime
 from tasks._sweeper import sweep
 from tasks._workflow import tune_step
@@ -51,6 +53,28 @@ def tune_step_task(self: Task, *, study: int) -> int:
     dispatches = tune_step(runtime(), int(study))
     send(dispatches, self.app)
     return len(dispatches)
+
+
+@app.task(name="hoptune.promote", bind=True, acks_late=True)
+def promote_task(self: Task, *, study: int) -> dict[str, Any]:
+    """Promote study ``study``'s best trial to champion of its region if it is better."""
+    return promote_study(runtime(), int(study))
+
+
+@app.task(name="hoptune.nightly", bind=True, acks_late=True)
+def nightly_task(self: Task, *, regions: list[str] | None = None) -> int | None:
+    """The scheduled nightly run: re-ingest, tune warm, promote, for every region."""
+    from regions import StudyError, load_config
+
+    rt = runtime()
+    try:
+        run_id, dispatches = start_nightly(rt, load_config(rt.settings.config_path), regions,
+                                           trigger="beat")
+    except StudyError as exc:
+        log.warning("nightly run not started: %s", exc)
+        return None
+    send(dispatches, self.app)
+    return run_id
 
 
 @app.task(name="hoptune.sweep", bind=True, acks_late=True)

@@ -26,7 +26,7 @@ from tasks._checkpoint import (
     previous_position,
     save_checkpoint,
 )
-from tasks._runtime import Runtime, region_of
+from tasks._runtime import Runtime, region_of, study_manifest
 from tasks._training import build_trial_model, make_trial_optimizer, train_pass
 from tuner._db import ACTIVE_STATES
 
@@ -84,6 +84,10 @@ def tune_step_dispatch(study_id: int) -> Dispatch:
     return Dispatch(task="hoptune.tune_step", queue=CONTROL_QUEUE, kwargs={"study": study_id})
 
 
+def promote_dispatch(study_id: int) -> Dispatch:
+    return Dispatch(task="hoptune.promote", queue=CONTROL_QUEUE, kwargs={"study": study_id})
+
+
 def restore_trial(rt: Runtime, region: RegionConfig, study: dict[str, Any],
                   trial: dict[str, Any], epoch: int, position: int, meta: dict[str, Any]
                   ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -128,7 +132,7 @@ def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
         return report
 
     key = checkpoint_key(study["id"], trial_id, epoch, position)
-    manifest = rt.manifest(region.name)
+    manifest = study_manifest(rt, study)
     model: torch.nn.Module | None = None
     if hop["state"] == "done" or store.exists(key):
         report.skipped = "output checkpoint exists"

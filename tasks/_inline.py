@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from tasks._hop import Dispatch, HopReport, run_hop
+from tasks._promotion import promote_study
 from tasks._runtime import Runtime
 from tasks._sweeper import sweep
 from tasks._workflow import tune_step
@@ -34,6 +35,8 @@ def run_inline(rt: Runtime, dispatches: Iterable[Dispatch],
             queue.extend(report.dispatch)
         elif d.task == "hoptune.tune_step":
             queue.extend(tune_step(rt, d.kwargs["study"]))
+        elif d.task == "hoptune.promote":
+            promote_study(rt, d.kwargs["study"])
         elif d.task == "hoptune.sweep":
             queue.extend(sweep(rt, d.kwargs.get("stall_seconds")))
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tasks._runtime import Runtime, region_of
+from tasks._runtime import Runtime, region_of, study_manifest
 from tasks._training import build_trial_model, make_trial_optimizer, train_pass
 
 __all__ = ["replay_trial"]
@@ -21,7 +21,7 @@ def replay_trial(rt: Runtime, trial_id: int, epochs: int | None = None
     trial = rt.db.trial(trial_id)
     study = rt.db.study(trial["study_id"])
     region = region_of(study)
-    manifest = rt.manifest(region.name)
+    manifest = study_manifest(rt, study)
     model = build_trial_model(region, trial["params"], trial["seed"], manifest["meta"])
     optimizer = make_trial_optimizer(region, trial["params"], model)
     recorded = rt.db.epochs(trial_id)

@@ -18,7 +18,7 @@ import torch
 from regions import RegionConfig, Settings, Store, load_shard, load_validation, read_manifest
 from tuner._db import StudyDB
 
-__all__ = ["Runtime", "runtime", "parse_shard_spec"]
+__all__ = ["Runtime", "runtime", "parse_shard_spec", "region_of", "study_manifest"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,11 @@ def runtime() -> Runtime:
 def region_of(study: dict[str, Any]) -> RegionConfig:
     """The region configuration a study was started with (snapshotted in the database)."""
     return RegionConfig.model_validate(study["region_config"])
+
+
+def study_manifest(rt: Runtime, study: dict[str, Any]) -> dict[str, Any]:
+    """The data a study trains on: its manifest as of its start, even if re-ingested since."""
+    return study["manifest"] or rt.manifest(study["region"])
 
 
 def parse_shard_spec(spec: str) -> list[tuple[str, int]]:

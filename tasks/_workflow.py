@@ -16,7 +16,8 @@ import torch
 
 from regions import RegionConfig, get_family
 from tasks._checkpoint import checkpoint_key, load_checkpoint
-from tasks._hop import Dispatch, hop_dispatch, tune_step_dispatch
+from tasks._hop import Dispatch, hop_dispatch, promote_dispatch, tune_step_dispatch
+from tasks._nightly import renew as renew_nightly_lock
 from tasks._runtime import Runtime, region_of
 from tasks._training import build_trial_model, stream_seed
 from tasks._visit_order import choose_visit_order
@@ -37,7 +38,7 @@ def trial_seed(study_seed: int, number: int) -> int:
 def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
                  configs: list[dict[str, Any]] | None = None, trials: int | None = None,
                  parallel: int | None = None, parent_id: int | None = None,
-                 where: str | None = None) -> int:
+                 where: str | None = None, nightly_run_id: int | None = None) -> int:
     """Record a study of ``region``: fixed ``configs``, or tuned over the region's space.
 
     With ``configs`` every trial is recorded now (pending) and the budget is
@@ -52,6 +53,7 @@ def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
         region=region.name, budget=budget, parallel=parallel or region.parallel,
         epochs=region.epochs, seed=region.seed, space=space,
         region_config=region.model_dump(mode="json"), data_hash=manifest["hash"],
+        manifest=manifest, nightly_run_id=nightly_run_id,
         parent_id=parent_id, minimize=family.minimize)
     if configs is not None:
         defaults = {**family.default_params, **region.params}
@@ -137,12 +139,14 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
         if created:
             out.append(hop_dispatch(region.name, study["id"], trial["id"], 0, 0, order[0]))
     if not running and not pending and len(trials) >= study["budget"]:
-        _finish_study(rt, conn, study, trials)
+        if _finish_study(rt, conn, study, trials):
+            out.append(promote_dispatch(study["id"]))
     return out
 
 
 def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
-                  trials: list[dict[str, Any]]) -> None:
+                  trials: list[dict[str, Any]]) -> bool:
+    """End the study (in the caller's transaction); False if it had already ended."""
     minimize = bool(study["minimize"])
     scored = [t for t in trials if t["best_metric"] is not None
               and math.isfinite(t["best_metric"]) and t["state"] in ("done", "pruned")]
@@ -156,11 +160,12 @@ def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
 
     from tuner._db import studies, utcnow
 
-    conn.execute(update(studies).where(studies.c.id == study["id"],
-                                       studies.c.state == "running")
-                 .values(state=state, finished_at=utcnow(), best_trial_id=best_id,
-                         failure=failure))
+    result = conn.execute(update(studies).where(studies.c.id == study["id"],
+                                                studies.c.state == "running")
+                          .values(state=state, finished_at=utcnow(), best_trial_id=best_id,
+                                  failure=failure))
     log.info("study %d of region %s finished: %s", study["id"], study["region"], state)
+    return result.rowcount == 1
 
 
 def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
@@ -181,6 +186,7 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
                                      f"after epoch {epoch}")
         return [tune_step_dispatch(study["id"])] if ended else []
     db.record_metric(trial["id"], epoch, metric, minimize=minimize)
+    renew_nightly_lock(rt, study)
     if epoch + 1 >= study["epochs"]:
         ended = db.end_trial(trial["id"], "done")
         return [tune_step_dispatch(study["id"])] if ended else []

@@ -33,6 +33,18 @@ def _positive(text: str) -> int:
     return value
 
 
+def _names(text: str) -> list[str]:
+    import re
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if not re.fullmatch(REGION_PATTERN, name):
+            raise argparse.ArgumentTypeError(f"bad region name {name!r}")
+    if not names:
+        raise argparse.ArgumentTypeError("no region given")
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hoptune",
@@ -78,6 +90,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true",
                    help="start or resume the study and return; the workers carry it on")
     p.add_argument("--no-progress", action="store_true", help="no live view")
+
+    p = sub.add_parser("nightly", help="the nightly retraining, by hand: re-ingest, tune warm, "
+                                       "promote if better, for every region")
+    p.add_argument("--regions", type=_names, default=None, metavar="R1,R2",
+                   help="only these regions (default: all)")
+    p.add_argument("--local-workers", type=_positive, default=None, metavar="N",
+                   help="start the embedded Redis and N local workers for this command")
+    p.add_argument("--detach", action="store_true",
+                   help="start the run and return; the workers carry it on")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("beat", help="run celery beat with the nightly schedule (exactly one)")
+    p.add_argument("--loglevel", default="INFO")
+    p.add_argument("--schedule-file", type=Path, default=None,
+                   help="where beat keeps its last run times (default: $HOPTUNE_HOME)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the schedule and the next nightly run, then exit")
+
+    p = sub.add_parser("models", help="the model registry: every promoted version")
+    p.add_argument("regions", nargs="*", metavar="REGION")
+
+    p = sub.add_parser("export", help="write a region's champion for serving")
+    p.add_argument("region", metavar="REGION")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR")
+
+    p = sub.add_parser("report", help="an HTML report with plots of a region's latest study")
+    p.add_argument("region", metavar="REGION")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="default: $HOPTUNE_HOME/reports/REGION")
+    p.add_argument("--study", type=_positive, default=None, help="a study id (default: latest)")
 
     p = sub.add_parser("status", help="studies of every region: trials by state, best metric")
     p.add_argument("regions", nargs="*", metavar="REGION")
@@ -213,6 +255,135 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     print(format_table(rows, ["region", "study", "state", "pending", "running", "done",
                               "pruned", "failed", "best", "params"]))
+    nightly = _nightly_rows(db, args.regions)
+    if nightly:
+        print("\nlast nightly run per region:")
+        print(format_table(nightly, ["region", "run", "started", "seconds", "state",
+                                     "champion", "outcome"]))
+    return 0
+
+
+def _nightly_rows(db, regions: list[str]) -> list[dict]:  # noqa: ANN001 - tuner.StudyDB
+    from regions import Store
+    from tasks._registry import champion_card
+    from tuner._db import NightlyRecords, utcnow
+
+    store = Store(_settings().store_url)
+    last: dict[str, dict] = {}
+    for row in NightlyRecords(db).regions():
+        if not regions or row["region"] in regions:
+            last[row["region"]] = row
+    out = []
+    for name, row in sorted(last.items()):
+        end = row["finished_at"] or utcnow()
+        card = champion_card(store, name)
+        out.append({"region": name, "run": row["run_id"],
+                    "started": f"{row['started_at']:%Y-%m-%d %H:%M}",
+                    "seconds": round((end - row["started_at"]).total_seconds()),
+                    "state": row["state"], "champion": card["version"] if card else None,
+                    "outcome": row["outcome"]})
+    return out
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from tasks._app import app, send
+    from tasks._cluster import local_cluster
+    from tasks._driver import follow, format_table
+    from tasks._nightly import start_nightly
+    from tasks._runtime import Runtime
+    from tuner._db import NightlyRecords
+
+    settings = _settings()
+    config = _config(args)
+    rt = Runtime(settings, worker="cli")
+    names = args.regions or list(config.regions)
+    shards = {n: config.region(n).shards for n in names}
+    with local_cluster(settings, shards, args.local_workers):
+        run_id, dispatches = start_nightly(rt, config, args.regions, trigger="cli")
+        send(dispatches, app)
+        print(f"nightly run {run_id}: {len(dispatches)} studies started")
+        if args.detach:
+            return 0
+        studies = [r["study_id"] for r in NightlyRecords(rt.db).regions(run_id)
+                   if r["study_id"] is not None]
+        follow(rt, app, studies, progress=not args.no_progress)
+        deadline = time.monotonic() + 120
+        while (NightlyRecords(rt.db).run(run_id)["state"] == "running"
+               and time.monotonic() < deadline):
+            time.sleep(0.2)  # the promotions finish the run
+    rows = NightlyRecords(rt.db).regions(run_id)
+    print(format_table(rows, ["region", "state", "study_id", "ingested", "outcome"]))
+    return 1 if any(r["state"] in ("failed", "running") for r in rows) else 0
+
+
+def cmd_beat(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from tasks._beat import beat_schedule, next_nightly
+
+    settings = _settings()
+    config = _config(args)
+    schedule = beat_schedule(config)
+    due = next_nightly(config, datetime.now(UTC))
+    sweep_every = schedule["hoptune-sweep"]["schedule"]
+    print(f"nightly: cron {config.schedule.cron!r} in {config.schedule.timezone}; "
+          f"next run {due:%Y-%m-%d %H:%M %Z}; sweeper every {sweep_every:.0f} s")
+    if args.dry_run:
+        return 0
+    from tasks._app import app
+
+    app.conf.beat_schedule = schedule
+    app.conf.timezone = config.schedule.timezone
+    settings.home.mkdir(parents=True, exist_ok=True)
+    schedule_file = args.schedule_file or settings.home / "celerybeat-schedule"
+    app.start(["beat", "-l", args.loglevel, "-s", str(schedule_file)])
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from regions import Store
+    from tasks._driver import format_table
+    from tasks._registry import champion_card, versions
+
+    store = Store(_settings().store_url)
+    names = args.regions or sorted({k.split("/")[1] for k in store.list("models")})
+    rows = []
+    for name in names:
+        champion = champion_card(store, name)
+        for card in versions(store, name):
+            rows.append({"region": name, "version": card["version"],
+                         "champion": "*" if champion and champion["version"] == card["version"]
+                         else "", "created": card["created_at"][:19].replace("T", " "),
+                         card["metric_name"]: card["metric"], "study": card["study_id"],
+                         "trial": card["trial_number"], "params": card["params"]})
+    if not rows:
+        print("no models yet")
+        return 0
+    columns = ["region", "version", "champion", "created"]
+    columns += sorted({k for r in rows for k in r} - set(columns) - {"study", "trial", "params"})
+    print(format_table(rows, columns + ["study", "trial", "params"]))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from regions import Store
+    from tasks._registry import export_champion
+
+    card = export_champion(Store(_settings().store_url), args.region, args.out)
+    print(f"{args.region}: champion {card['version']} ({card['metric_name']} "
+          f"{card['metric']:.4g}) written to {args.out}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from regions import Store
+    from tuner import StudyDB, write_report
+
+    settings = _settings()
+    out = args.out or settings.home / "reports" / args.region
+    index = write_report(StudyDB(settings.database_url), Store(settings.store_url), args.region,
+                         out, study_id=args.study)
+    print(f"report written to {index}")
     return 0
 
 
@@ -235,6 +406,11 @@ COMMANDS = {
     "tune": cmd_tune,
     "status": cmd_status,
     "sweep": cmd_sweep,
+    "nightly": cmd_nightly,
+    "beat": cmd_beat,
+    "models": cmd_models,
+    "export": cmd_export,
+    "report": cmd_report,
 }
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -36,11 +36,11 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from regions._errors import StoreError, StudyError
 
-__all__ = ["StudyDB", "TRIAL_STATES", "ACTIVE_STATES", "utcnow"]
+__all__ = ["StudyDB", "Locks", "NightlyRecords", "TRIAL_STATES", "ACTIVE_STATES", "utcnow"]
 
 TRIAL_STATES = ("pending", "running", "done", "pruned", "failed")
 ACTIVE_STATES = ("pending", "running")
@@ -61,11 +61,14 @@ studies = Table(
     Column("seed", Integer, nullable=False),
     Column("space", JSON),
     Column("region_config", JSON, nullable=False),
+    Column("manifest", JSON),  # the data the study trains on, fixed at its start
     Column("data_hash", String(64)),
     Column("parent_id", Integer, ForeignKey("studies.id")),
     Column("minimize", Integer, nullable=False, default=1),
     Column("best_trial_id", Integer),
     Column("failure", Text),
+    Column("nightly_run_id", Integer, index=True),
+    Column("promotion", JSON),  # what promoting its best trial decided
 )
 
 trials = Table(
@@ -121,6 +124,39 @@ hops = Table(
     Column("load_seconds", Float),
     Column("save_seconds", Float),
     UniqueConstraint("trial_id", "epoch", "position"),
+)
+
+
+nightly_runs = Table(
+    "nightly_runs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("state", String(16), nullable=False),  # running, done, abandoned
+    Column("trigger", String(16), nullable=False),  # beat, cli
+    Column("host", String(255)),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+)
+
+nightly_regions = Table(
+    "nightly_regions",
+    metadata,
+    Column("run_id", Integer, ForeignKey("nightly_runs.id"), primary_key=True),
+    Column("region", String(64), primary_key=True),
+    Column("state", String(16), nullable=False),  # running, promoted, kept, failed
+    Column("study_id", Integer),
+    Column("ingested", Integer),  # 1 if the data changed and was re-ingested
+    Column("outcome", Text),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+)
+
+locks = Table(
+    "locks",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("holder", String(255)),
+    Column("expires_at", DateTime(timezone=True)),
 )
 
 
@@ -187,10 +223,14 @@ class StudyDB:
         data_hash: str | None = None,
         parent_id: int | None = None,
         minimize: bool = True,
+        manifest: dict[str, Any] | None = None,
+        nightly_run_id: int | None = None,
     ) -> int:
         with self.transaction() as conn:
             result = conn.execute(
                 studies.insert().values(
+                    manifest=manifest,
+                    nightly_run_id=nightly_run_id,
                     region=region,
                     state="running",
                     created_at=utcnow(),
@@ -256,6 +296,12 @@ class StudyDB:
         """
         with self.transaction() as conn:
             yield conn, self._study(conn, study_id, lock=True)
+
+    def set_study(self, study_id: int, conn: Connection | None = None, **values: Any) -> None:
+        if conn is None:
+            with self.transaction() as own:
+                return self.set_study(study_id, own, **values)
+        conn.execute(update(studies).where(studies.c.id == study_id).values(**values))
 
     # trials --------------------------------------------------------------
 
@@ -531,6 +577,114 @@ class StudyDB:
                        trials.c.updated_at < before)
             )
             return [_row(r) for r in rows]
+
+
+class NightlyRecords:
+    """The nightly runs and, per run, what happened to each region."""
+
+    def __init__(self, db: StudyDB) -> None:
+        self.db = db
+
+    def start_run(self, trigger: str, host: str) -> int:
+        with self.db.transaction() as conn:
+            result = conn.execute(nightly_runs.insert().values(
+                state="running", trigger=trigger, host=host, started_at=utcnow()))
+            return int(result.inserted_primary_key[0])
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        with self.db.transaction() as conn:
+            row = conn.execute(select(nightly_runs).where(nightly_runs.c.id == run_id)).first()
+        if row is None:
+            raise StudyError(f"no nightly run {run_id}")
+        return _row(row)
+
+    def runs(self) -> list[dict[str, Any]]:
+        with self.db.transaction() as conn:
+            return [_row(r) for r in conn.execute(select(nightly_runs)
+                                                  .order_by(nightly_runs.c.id))]
+
+    def finish_run(self, run_id: int, state: str) -> bool:
+        with self.db.transaction() as conn:
+            result = conn.execute(update(nightly_runs).where(
+                nightly_runs.c.id == run_id, nightly_runs.c.state == "running")
+                .values(state=state, finished_at=utcnow()))
+            return result.rowcount == 1
+
+    def add_region(self, run_id: int, region: str, state: str, *, study_id: int | None = None,
+                   ingested: bool | None = None, outcome: str | None = None) -> None:
+        now = utcnow()
+        with self.db.transaction() as conn:
+            conn.execute(nightly_regions.insert().values(
+                run_id=run_id, region=region, state=state, study_id=study_id,
+                ingested=None if ingested is None else int(ingested), outcome=outcome,
+                started_at=now, finished_at=None if state == "running" else now))
+
+    def end_region(self, run_id: int, region: str, state: str, outcome: str) -> bool:
+        """Record a running region's outcome; False if it had already ended."""
+        with self.db.transaction() as conn:
+            result = conn.execute(update(nightly_regions).where(
+                nightly_regions.c.run_id == run_id, nightly_regions.c.region == region,
+                nightly_regions.c.state == "running")
+                .values(state=state, outcome=outcome, finished_at=utcnow()))
+            return result.rowcount == 1
+
+    def regions(self, run_id: int | None = None) -> list[dict[str, Any]]:
+        query = select(nightly_regions).order_by(nightly_regions.c.run_id,
+                                                 nightly_regions.c.region)
+        if run_id is not None:
+            query = query.where(nightly_regions.c.run_id == run_id)
+        with self.db.transaction() as conn:
+            return [_row(r) for r in conn.execute(query)]
+
+
+class Locks:
+    """Named locks with an expiry, in the study database: a dead holder's lock runs out.
+
+    Used for "one nightly run at a time": the holder renews its lock while it
+    makes progress; a lock not renewed by its expiry is free to take.
+    """
+
+    def __init__(self, db: StudyDB) -> None:
+        self.db = db
+
+    def acquire(self, name: str, holder: str, ttl: float) -> dict[str, Any] | None:
+        """Take ``name`` for ``holder``; returns None on success, else the current holder's row."""
+        now = utcnow()
+        for _ in range(3):
+            try:
+                with self.db.transaction() as conn:
+                    query = select(locks).where(locks.c.name == name)
+                    if not self.db.is_sqlite:
+                        query = query.with_for_update()
+                    row = conn.execute(query).first()
+                    if row is None:
+                        conn.execute(locks.insert().values(
+                            name=name, holder=holder,
+                            expires_at=now + timedelta(seconds=ttl)))
+                        return None
+                    current = _row(row)
+                    if current["holder"] and current["expires_at"] > now:
+                        return current
+                    conn.execute(update(locks).where(locks.c.name == name).values(
+                        holder=holder, expires_at=now + timedelta(seconds=ttl)))
+                    return None
+            except IntegrityError:
+                continue  # another process inserted the row first: read it again
+        raise StudyError(f"could not take lock {name!r}")
+
+    def renew(self, name: str, holder: str, ttl: float) -> bool:
+        with self.db.transaction() as conn:
+            result = conn.execute(update(locks).where(locks.c.name == name,
+                                                      locks.c.holder == holder)
+                                  .values(expires_at=utcnow() + timedelta(seconds=ttl)))
+            return result.rowcount == 1
+
+    def release(self, name: str, holder: str) -> bool:
+        with self.db.transaction() as conn:
+            result = conn.execute(update(locks).where(locks.c.name == name,
+                                                      locks.c.holder == holder)
+                                  .values(holder=None, expires_at=None))
+            return result.rowcount == 1
 
 
 def _make_engine(url: str) -> Engine:

@@ -1,0 +1,152 @@
+"""Promotion: a finished study's best trial replaces the champion only if it is better.
+
+Both are scored on the same validation data: the study's own. The champion is
+re-scored on it when it can be (same data, or the same ids and features);
+a champion that cannot score the new data (its ids or features differ) is
+replaced, and the card says why. Idempotent: a study's decision is recorded
+once, and a redelivered promotion returns it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from regions import get_family, load_id_maps
+from tasks._checkpoint import checkpoint_key, load_checkpoint
+from tasks._registry import (
+    champion_card,
+    load_weights,
+    next_version,
+    set_champion,
+    write_version,
+)
+from tasks._runtime import Runtime, region_of, study_manifest
+from tasks._training import build_trial_model
+from tuner._db import Locks, utcnow
+
+__all__ = ["promote", "promote_study"]
+
+log = logging.getLogger(__name__)
+
+_LOCK_SECONDS = 120.0
+
+
+def _better(a: float, b: float, minimize: bool) -> bool:
+    return a < b if minimize else a > b
+
+
+def _comparable(rt: Runtime, card: dict[str, Any], family: str,
+                manifest: dict[str, Any]) -> bool:
+    """Whether the champion can score the study's validation data like the challenger."""
+    if card["family"] != family:
+        return False
+    if card["data_hash"] == manifest["hash"]:
+        return True
+    if card["meta"] != manifest["meta"]:
+        return False
+    if manifest["task"] != "rating":
+        return True
+    return card.get("ids_hash") == _ids_hash(rt, manifest)
+
+
+def _ids_hash(rt: Runtime, manifest: dict[str, Any]) -> str | None:
+    import hashlib
+    import json
+
+    if manifest["task"] != "rating":
+        return None
+    ids = load_id_maps(rt.store, manifest)
+    return hashlib.sha256(json.dumps(ids, sort_keys=True).encode()).hexdigest()
+
+
+def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
+    """Decide and record whether study ``study_id``'s best trial becomes the champion."""
+    db, store = rt.db, rt.store
+    study = db.study(study_id)
+    if study["promotion"] is not None:
+        return study["promotion"]
+    if study["state"] != "done" or study["best_trial_id"] is None:
+        decision = {"promoted": False, "reason": study["failure"] or f"study {study['state']}"}
+        db.set_study(study_id, promotion=decision)
+        return decision
+    region = region_of(study)
+    family = get_family(region)
+    manifest = study_manifest(rt, study)
+    validation = rt.validation(manifest)
+    best = db.trial(study["best_trial_id"])
+    minimize = bool(study["minimize"])
+    model = build_trial_model(region, best["params"], best["seed"], manifest["meta"])
+    final = checkpoint_key(study_id, best["id"], best["epochs_done"] - 1, region.shards - 1)
+    model.load_state_dict(load_checkpoint(store, final).model)
+    metric = float(family.evaluate(model, validation))
+
+    locks, holder = Locks(db), f"study-{study_id}"
+    deadline = time.monotonic() + 10 * _LOCK_SECONDS
+    while locks.acquire(f"registry:{region.name}", holder, _LOCK_SECONDS) is not None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"registry of {region.name} stayed locked")
+        time.sleep(0.2)
+    try:
+        decision = _decide(rt, study, region, family, manifest, validation, metric, minimize)
+        if decision["promoted"]:
+            version = next_version(store, region.name)
+            now = utcnow().isoformat()
+            card = {
+                "region": region.name, "version": version, "created_at": now,
+                "family": region.family, "task": region.task, "params": best["params"],
+                "metric_name": family.metric_name, "metric": metric, "minimize": minimize,
+                "data_hash": manifest["hash"], "meta": manifest["meta"],
+                "ids_hash": _ids_hash(rt, manifest),
+                "study_id": study_id, "trial_id": best["id"], "trial_number": best["number"],
+                "seed": best["seed"], "epochs": best["epochs_done"],
+                "visit_orders": [e["visit_order"] for e in db.epochs(best["id"])],
+                "previous": decision.get("champion"),
+                "previous_metric": decision.get("champion_metric"),
+                "reason": decision["reason"],
+            }
+            ids = load_id_maps(store, manifest) if manifest["task"] == "rating" else None
+            write_version(store, region.name, version, model.state_dict(), card, ids)
+            set_champion(store, region.name, version, now)
+            decision["version"] = version
+        db.set_study(study_id, promotion=decision)
+    finally:
+        locks.release(f"registry:{region.name}", holder)
+    log.info("study %d of %s: %s", study_id, region.name, decision["reason"])
+    return decision
+
+
+def _decide(rt: Runtime, study: dict[str, Any], region: Any, family: Any,
+            manifest: dict[str, Any], validation: Any, metric: float, minimize: bool
+            ) -> dict[str, Any]:
+    name = family.metric_name
+    decision: dict[str, Any] = {"challenger_metric": metric, "champion": None,
+                                "champion_metric": None}
+    card = champion_card(rt.store, region.name)
+    if card is None:
+        return {**decision, "promoted": True,
+                "reason": f"first champion ({name} {metric:.4g})"}
+    decision["champion"] = card["version"]
+    if not _comparable(rt, card, region.family, manifest):
+        return {**decision, "promoted": True,
+                "reason": f"replaces {card['version']}, which cannot score this data "
+                          f"(its ids or features differ); {name} {metric:.4g}"}
+    champion = build_trial_model(region, card["params"], card["seed"], manifest["meta"])
+    champion.load_state_dict(load_weights(rt.store, region.name, card["version"]))
+    held = float(family.evaluate(champion, validation))
+    decision["champion_metric"] = held
+    if _better(metric, held, minimize):
+        return {**decision, "promoted": True,
+                "reason": f"{name} {metric:.4g} beats {card['version']}'s {held:.4g}"}
+    return {**decision, "promoted": False,
+            "reason": f"kept {card['version']}: {name} {metric:.4g} does not beat {held:.4g}"}
+
+
+def promote_study(rt: Runtime, study_id: int) -> dict[str, Any]:
+    """Promote a finished study's best trial if better, and record a nightly region's outcome."""
+    from tasks._nightly import after_promotion
+
+    decision = promote(rt, study_id)
+    after_promotion(rt, rt.db.study(study_id), decision)
+    return decision

@@ -1,0 +1,88 @@
+"""The model registry in the store: ``models/REGION/VERSION/`` and a champion pointer.
+
+Each promoted model is a version folder with its weights (a ``state_dict``),
+its card (family, params, metric, data manifest hash, study and trial, visit
+orders) and, for rating models, the id maps that turn user and item ids into
+rows of its embeddings. ``models/REGION/champion.json`` names the champion;
+it is rewritten atomically, so a reader always sees one whole version.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any
+
+import torch
+
+from regions import Store, StoreError
+
+__all__ = ["champion_card", "versions", "load_weights", "write_version", "set_champion",
+           "next_version", "export_champion"]
+
+_VERSION = re.compile(r"v(\d{4,})")
+
+
+def _prefix(region: str) -> str:
+    return f"models/{region}"
+
+
+def champion_card(store: Store, region: str) -> dict[str, Any] | None:
+    """The champion's card, or None if the region has none yet."""
+    pointer = f"{_prefix(region)}/champion.json"
+    if not store.exists(pointer):
+        return None
+    version = store.read_json(pointer)["version"]
+    return store.read_json(f"{_prefix(region)}/{version}/card.json")
+
+
+def versions(store: Store, region: str) -> list[dict[str, Any]]:
+    """Every promoted version's card, oldest first."""
+    cards = [store.read_json(key) for key in store.list(_prefix(region))
+             if key.endswith("/card.json")]
+    return sorted(cards, key=lambda c: int(c["version"][1:]))
+
+
+def next_version(store: Store, region: str) -> str:
+    numbers = [int(m.group(1)) for key in store.list(_prefix(region))
+               if (m := _VERSION.fullmatch(key.split("/")[2]))]
+    return f"v{max(numbers, default=0) + 1:04d}"
+
+
+def load_weights(store: Store, region: str, version: str) -> dict[str, torch.Tensor]:
+    raw = store.read_bytes(f"{_prefix(region)}/{version}/weights.pt")
+    return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+
+
+def write_version(store: Store, region: str, version: str, weights: dict[str, torch.Tensor],
+                  card: dict[str, Any], ids: dict[str, list[str]] | None = None) -> None:
+    """Write a version folder; the card goes last, so a listed card has all its files."""
+    buffer = io.BytesIO()
+    torch.save(weights, buffer)
+    folder = f"{_prefix(region)}/{version}"
+    store.write_bytes(f"{folder}/weights.pt", buffer.getvalue())
+    if ids is not None:
+        store.write_json(f"{folder}/ids.json", ids)
+    store.write_json(f"{folder}/card.json", card)
+
+
+def set_champion(store: Store, region: str, version: str, updated_at: str) -> None:
+    store.write_json(f"{_prefix(region)}/champion.json",
+                     {"version": version, "updated_at": updated_at})
+
+
+def export_champion(store: Store, region: str, out: Any) -> dict[str, Any]:
+    """Write the champion for serving into folder ``out``: state_dict, card, id maps."""
+    from pathlib import Path
+
+    card = champion_card(store, region)
+    if card is None:
+        raise StoreError(f"region {region!r} has no champion yet; run `hoptune nightly` or "
+                         f"`hoptune tune {region}` first")
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    source = f"{_prefix(region)}/{card['version']}"
+    for name in ("weights.pt", "card.json", "ids.json"):
+        if store.exists(f"{source}/{name}"):
+            (folder / name).write_bytes(store.read_bytes(f"{source}/{name}"))
+    return card
