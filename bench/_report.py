@@ -8,21 +8,25 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["machine", "write_section", "BENCHMARKS"]
+__all__ = ["cpu_model", "machine", "write_section", "command", "BENCHMARKS"]
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
 
 
-def machine() -> str:
-    """One line: CPU model, cores, memory, Python and torch versions."""
-    cpu = platform.processor() or "unknown CPU"
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo where there is one."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine() -> str:
+    """One line: CPU model, cores, memory, Python and torch versions."""
+    cpu = cpu_model()
     memory = ""
     try:
         kib = int(Path("/proc/meminfo").read_text().split()[1])
@@ -35,15 +39,15 @@ def machine() -> str:
             f"torch {torch.__version__}")
 
 
-def write_section(name: str, body: str) -> None:
+def write_section(name: str, body: str, path: Path = BENCHMARKS) -> None:
     """Replace the block of ``name`` in BENCHMARKS.md (between its markers), or append it."""
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     block = f"{start}\n{body.strip()}\n{end}"
-    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else (
         text.rstrip() + "\n\n" + block + "\n")
-    BENCHMARKS.write_text(text)
+    path.write_text(text)
 
 
 def command() -> str:

@@ -43,9 +43,9 @@ if sys.path[0] == str(Path(__file__).resolve().parent):
     sys.path[0] = str(ROOT)
 
 import kernels  # noqa: E402
+from bench._report import cpu_model, write_section  # noqa: E402
 from kernels import _dispatch  # noqa: E402
 
-BEGIN, END = "<!-- bench:kernels -->", "<!-- /bench:kernels -->"
 TENSORS = 10  # the parameters are split into this many tensors, as a model's are
 VALUES_MOVED = 7  # per parameter and AdamW step
 WARMUP = 3
@@ -137,14 +137,7 @@ def label(n: int) -> str:
 
 
 def machine(device: torch.device) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     text = (
         f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}; "
         f"torch {torch.__version__} (threads: {torch.get_num_threads()})"
@@ -167,7 +160,6 @@ def path_note(device: torch.device) -> str:
 def report(command: str, p: Plan, seconds: dict[tuple[int, str], float]) -> str:
     names = list(p.optimizers)
     lines = [
-        BEGIN,
         "## Fused AdamW step (`bench/kernels.py`)",
         "",
         f"Machine: {machine(p.device)}.",
@@ -191,7 +183,6 @@ def report(command: str, p: Plan, seconds: dict[tuple[int, str], float]) -> str:
             ratio = "" if name == names[0] else f"{s / fused:.2f}"
             gbps = VALUES_MOVED * 4 * n / s / 1e9
             lines.append(f"| {label(n)} | {name} | {s * 1e3:.3f} | {gbps:.1f} | {ratio} |")
-    lines.append(END)
     return "\n".join(lines)
 
 
@@ -208,15 +199,6 @@ def summary(p: Plan, seconds: dict[tuple[int, str], float]) -> dict[str, object]
     return out
 
 
-def write_block(path: Path, block: str) -> None:
-    """Replace this benchmark's block of ``path`` (or append it), leaving the rest alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         print(block)
     else:
-        write_block(args.output, block)
+        write_section("kernels", block, args.output)
     print(json.dumps(summary(p, seconds)))
     return 0
 

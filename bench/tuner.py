@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if sys.path[0] == str(Path(__file__).resolve().parent):
     sys.path[0] = str(ROOT)
 
+from bench._report import cpu_model, write_section  # noqa: E402
 from tuner import Space, parse_space, propose  # noqa: E402
 
-BEGIN, END = "<!-- bench:tuner -->", "<!-- /bench:tuner -->"
 CHECKPOINTS = (20, 40, 60)
 BATCH = 4
 TIMED_TOLD = (50, 100, 200)
@@ -166,14 +166,7 @@ def proposal_seconds(repeats: int, sizes: tuple[int, ...]) -> dict[int, float]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     libs = ", ".join(
         f"{lib} {metadata.version(lib)}"
         for lib in ("numpy", "scipy", "scikit-learn", "scikit-optimize", "optuna")
@@ -185,7 +178,6 @@ def report(
     command: str, seeds: int, efficiency: dict[str, dict[str, list[float]]], cost: dict[int, float]
 ) -> str:
     lines = [
-        BEGIN,
         "## Tuner",
         "",
         f"Machine: {machine()}.",
@@ -210,19 +202,9 @@ def report(
         "| ---: | ---: |",
     ]
     lines += [f"| {size} | {seconds:.2f} |" for size, seconds in cost.items()]
-    lines.append(END)
     return "\n".join(lines)
 
 
-def write_block(path: Path, block: str) -> None:
-    """Replace this benchmark's block of ``path`` (or append it), leaving the rest alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         print(block)
     else:
-        write_block(args.output, block)
+        write_section("tuner", block, args.output)
     at40 = CHECKPOINTS.index(40)
     summary = {
         "batch8_at_200_s": round(cost[TIMED_TOLD[-1]], 3),

@@ -9,10 +9,12 @@ which is what makes "skip the hop if its checkpoint exists" safe.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 import fsspec
 
@@ -48,15 +50,26 @@ class Store:
 
     def write_bytes(self, key: str, data: bytes) -> None:
         """Write ``data`` under ``key`` atomically (temporary name, then rename)."""
+        self.write_with(key, lambda fh: fh.write(data))
+
+    def write_with(self, key: str, write: Callable[[BinaryIO], object]) -> None:
+        """Let ``write`` fill the object under ``key``, atomically.
+
+        On a file system ``write`` streams straight into a temporary file in
+        the target's folder, which is synced and renamed into place: no copy
+        of the bytes in memory, and no reader ever sees half an object.
+        """
         target = self.path(key)
         if not self.local:
-            self.fs.pipe_file(target, data)
+            buffer = io.BytesIO()
+            write(buffer)
+            self.fs.pipe_file(target, buffer.getvalue())
             return
         os.makedirs(os.path.dirname(target), exist_ok=True)
         tmp = f"{target}.tmp-{uuid.uuid4().hex}"
         try:
             with open(tmp, "wb") as fh:
-                fh.write(data)
+                write(fh)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, target)

@@ -44,22 +44,16 @@ class Checkpoint:
     loss: float
 
 
-def save_checkpoint(store: Store, key: str, checkpoint: Checkpoint) -> int:
-    """Write the checkpoint atomically; returns its size in bytes."""
-    buffer = io.BytesIO()
-    torch.save(
-        {
-            "model": checkpoint.model,
-            "optimizer": checkpoint.optimizer,
-            "rng": checkpoint.rng,
-            "samples": checkpoint.samples,
-            "loss": checkpoint.loss,
-        },
-        buffer,
-    )
-    data = buffer.getvalue()
-    store.write_bytes(key, data)
-    return len(data)
+def save_checkpoint(store: Store, key: str, checkpoint: Checkpoint) -> None:
+    """Write the checkpoint atomically, streamed straight into the store."""
+    payload = {
+        "model": checkpoint.model,
+        "optimizer": checkpoint.optimizer,
+        "rng": checkpoint.rng,
+        "samples": checkpoint.samples,
+        "loss": checkpoint.loss,
+    }
+    store.write_with(key, lambda fh: torch.save(payload, fh))
 
 
 def load_checkpoint(store: Store, key: str) -> Checkpoint:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from regions import RegionConfig
+from regions import RegionConfig, get_family
 from tasks._checkpoint import (
     Checkpoint,
     checkpoint_key,
@@ -91,15 +91,27 @@ def promote_dispatch(study_id: int) -> Dispatch:
 def restore_trial(rt: Runtime, region: RegionConfig, study: dict[str, Any],
                   trial: dict[str, Any], epoch: int, position: int, meta: dict[str, Any]
                   ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """The model and optimizer a hop at (epoch, position) starts from."""
+    """The model and optimizer a hop at (epoch, position) starts from.
+
+    From a checkpoint, the model is built without memory (on the meta device)
+    and takes the checkpoint's tensors as its own: no initialisation that the
+    load would overwrite, no copy.
+    """
     params = trial["params"]
-    model = build_trial_model(region, params, trial["seed"], meta)
-    optimizer = make_trial_optimizer(region, params, model)
     before = previous_position(epoch, position, region.shards)
-    if before is not None:
-        checkpoint = load_checkpoint(rt.store, checkpoint_key(study["id"], trial["id"], *before))
+    if before is None:
+        model = build_trial_model(region, params, trial["seed"], meta)
+        return model, make_trial_optimizer(region, params, model)
+    checkpoint = load_checkpoint(rt.store, checkpoint_key(study["id"], trial["id"], *before))
+    with torch.device("meta"):
+        model = get_family(region).build(params, meta)
+    model.load_state_dict(checkpoint.model, assign=True)
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        # a tensor the state_dict does not carry (a non-persistent buffer): build for real
+        model = build_trial_model(region, params, trial["seed"], meta)
         model.load_state_dict(checkpoint.model)
-        optimizer.load_state_dict(checkpoint.optimizer)
+    optimizer = make_trial_optimizer(region, params, model)
+    optimizer.load_state_dict(checkpoint.optimizer)
     return model, optimizer
 
 
