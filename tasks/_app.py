@@ -8,6 +8,7 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.signals import worker_process_init
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from tasks._hop import Dispatch, HopReport, run_hop
 from tasks._nightly import start_nightly
@@ -31,7 +32,12 @@ def send(dispatches: list[Dispatch], celery_app: Celery | None = None) -> None:
         target.send_task(d.task, kwargs=d.kwargs, queue=d.queue)
 
 
-@app.task(name="hoptune.hop", bind=True, acks_late=True, reject_on_worker_lost=True)
+# Errors worth another try: the study database or the broker was briefly unreachable.
+TRANSIENT = (OperationalError, InterfaceError, ConnectionError, TimeoutError)
+
+
+@app.task(name="hoptune.hop", bind=True, acks_late=True, reject_on_worker_lost=True,
+          autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def hop(self: Task, *, region: str, study: int, trial: int, epoch: int, position: int,
         shard: int) -> dict[str, Any]:
     """Train trial ``trial`` once over shard ``shard`` of ``region``, then hand on."""
@@ -47,7 +53,8 @@ def hop(self: Task, *, region: str, study: int, trial: int, epoch: int, position
     return {"trained": report.trained, "loss": report.loss, "skipped": report.skipped}
 
 
-@app.task(name="hoptune.tune_step", bind=True, acks_late=True)
+@app.task(name="hoptune.tune_step", bind=True, acks_late=True, autoretry_for=TRANSIENT,
+          retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def tune_step_task(self: Task, *, study: int) -> int:
     """Fill the free trial slots of study ``study``."""
     dispatches = tune_step(runtime(), int(study))
@@ -55,7 +62,8 @@ def tune_step_task(self: Task, *, study: int) -> int:
     return len(dispatches)
 
 
-@app.task(name="hoptune.promote", bind=True, acks_late=True)
+@app.task(name="hoptune.promote", bind=True, acks_late=True, autoretry_for=TRANSIENT,
+          retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def promote_task(self: Task, *, study: int) -> dict[str, Any]:
     """Promote study ``study``'s best trial to champion of its region if it is better."""
     return promote_study(runtime(), int(study))

@@ -58,7 +58,7 @@ def run_demo(settings: Settings, *, workers: int = 2, trials: int = 8, epochs: i
         if study["best_trial_id"]:
             best = rt.db.trial(study["best_trial_id"])
             print(f"{study['region']}: best trial {best['number']}, validation RMSE "
-                  f"{best['best_metric']:.4f}")
+                  f"{best['last_metric']:.4f}")
     failed = [r for r in rows if r["state"] == "failed"]
     print(f"{len(rows)} trials in {len(study_ids)} regions, {time.monotonic() - started:.0f} s"
           + (f"; {len(failed)} failed" if failed else ""))

@@ -97,7 +97,7 @@ def study_table(rt: Runtime, study_id: int) -> list[dict[str, Any]]:
         seconds = ((t["finished_at"] - t["started_at"]).total_seconds()
                    if t["finished_at"] and t["started_at"] else None)
         rows.append({"region": study["region"], "study": study_id, "trial": t["number"],
-                     "state": t["state"], "params": t["params"], "metric": t["best_metric"],
+                     "state": t["state"], "params": t["params"], "metric": t["last_metric"],
                      "epochs": t["epochs_done"], "hops": hops_by_trial.get(t["id"], 0),
                      "seconds": seconds})
     return rows

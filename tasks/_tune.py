@@ -82,6 +82,6 @@ def print_study(rt: Runtime, study_id: int, top: int = 10) -> None:
     if study["best_trial_id"]:
         best = rt.db.trial(study["best_trial_id"])
         print(f"study {study_id} {study['state']}: best trial {best['number']} "
-              f"{best['best_metric']:.4g} with {best['params']}")
+              f"{best['last_metric']:.4g} with {best['params']}")
     else:
         print(f"study {study_id} {study['state']}: {study['failure'] or 'no finished trial'}")

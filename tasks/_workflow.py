@@ -147,12 +147,13 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
 def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
                   trials: list[dict[str, Any]]) -> bool:
     """End the study (in the caller's transaction); False if it had already ended."""
+    # the best trial is judged by its final metric: its final weights are what gets promoted
     minimize = bool(study["minimize"])
-    scored = [t for t in trials if t["best_metric"] is not None
-              and math.isfinite(t["best_metric"]) and t["state"] in ("done", "pruned")]
+    scored = [t for t in trials if t["last_metric"] is not None
+              and math.isfinite(t["last_metric"]) and t["state"] in ("done", "pruned")]
     finished = [t for t in scored if t["state"] == "done"] or scored
     if finished:
-        best = (min if minimize else max)(finished, key=lambda t: t["best_metric"])
+        best = (min if minimize else max)(finished, key=lambda t: t["last_metric"])
         state, best_id, failure = "done", best["id"], None
     else:
         state, best_id, failure = "failed", None, "every trial failed"

@@ -243,12 +243,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         counts = db.counts(study["id"])
         best = db.trial(study["best_trial_id"]) if study["best_trial_id"] else None
         if best is None:
-            ranked = [t for t in db.trials(study["id"]) if t["best_metric"] is not None]
+            ranked = [t for t in db.trials(study["id"]) if t["last_metric"] is not None]
             if ranked:
-                best = (min if study["minimize"] else max)(ranked, key=lambda t: t["best_metric"])
+                best = (min if study["minimize"] else max)(ranked, key=lambda t: t["last_metric"])
         rows.append({"region": study["region"], "study": study["id"], "state": study["state"],
                      **{k: counts[k] for k in ("pending", "running", "done", "pruned", "failed")},
-                     "best": best["best_metric"] if best else None,
+                     "best": best["last_metric"] if best else None,
                      "params": best["params"] if best else None})
     if not rows:
         print("no studies yet")

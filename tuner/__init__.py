@@ -21,6 +21,7 @@ _NAMES = {
     "propose": "tuner._optimizer",
     "select_prior": "tuner._warmstart",
     "StudyDB": "tuner._db",
+    "write_report": "tuner._report",
 }
 
 __all__ = list(_NAMES)

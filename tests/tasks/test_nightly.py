@@ -82,6 +82,13 @@ def test_two_nights_promote_only_where_the_metric_improved(make_config, rt, clus
     assert {p.name for p in out.iterdir()} == {"weights.pt", "card.json", "ids.json"}
     status = hoptune(home, redis_url, "status")
     assert "last nightly run per region" in status.stdout
+    report = hoptune(home, redis_url, "report", "north", "--out", str(home / "report"))
+    assert report.returncode == 0, report.stderr
+    pngs = {p.name for p in (home / "report").glob("*.png")}
+    assert pngs == {"optimization_history.png", "params.png", "learning_curves.png",
+                    "hops_gantt.png", "champion_history.png"}
+    page = (home / "report" / "index.html").read_text()
+    assert all(name in page for name in pngs) and "v0001" in page
 
 
 def test_a_second_nightly_run_at_once_refuses(make_config, rt, home, redis_url) -> None:
