@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import torch
 
 from kernels import _dispatch, reference
+from kernels._base import FusedOptimizer
 from kernels._blocks import in_blocks
 from kernels._multi_tensor import pointer_table
 from kernels._specs import ADAMW
@@ -16,7 +16,7 @@ from kernels.reference import AdamWScalars
 __all__ = ["FusedAdamW"]
 
 
-class FusedAdamW(torch.optim.Optimizer):
+class FusedAdamW(FusedOptimizer):
     """AdamW (decoupled weight decay, bias correction, optional amsgrad) with fused steps.
 
     Drop-in for ``torch.optim.AdamW``: the same arguments and defaults, the same
@@ -28,6 +28,8 @@ class FusedAdamW(torch.optim.Optimizer):
     cache-sized blocks. The path taken, and why, is logged once on the
     "kernels" logger. Sparse gradients are not supported.
     """
+
+    _flags = ("amsgrad", "maximize")
 
     def __init__(
         self,
@@ -59,23 +61,6 @@ class FusedAdamW(torch.optim.Optimizer):
             "maximize": maximize,
         }
         super().__init__(params, defaults)
-
-    def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("amsgrad", False)
-            group.setdefault("maximize", False)
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        """Perform one optimization step; closure re-evaluates the model and returns the loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            self._step_group(group)
-        return loss
 
     def _step_group(self, group: dict) -> None:
         amsgrad = bool(group["amsgrad"])
