@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from regions import ConfigError, HoptuneError, Settings
+from tasks._flower import add_flower_arguments, run_flower
 
 __all__ = ["main", "build_parser"]
 
@@ -120,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="default: $HOPTUNE_HOME/reports/REGION")
     p.add_argument("--study", type=_positive, default=None, help="a study id (default: latest)")
+
+    p = sub.add_parser("flower", help="Flower for the cluster, behind HTTP basic auth")
+    add_flower_arguments(p)
 
     p = sub.add_parser("status", help="studies of every region: trials by state, best metric")
     p.add_argument("regions", nargs="*", metavar="REGION")
@@ -411,6 +415,7 @@ COMMANDS = {
     "models": cmd_models,
     "export": cmd_export,
     "report": cmd_report,
+    "flower": run_flower,
 }
 
 if __name__ == "__main__":
