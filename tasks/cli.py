@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -210,6 +211,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = _settings()
     config = _config(args)
     shards = {r.name: r.shards for r in config.regions.values()}
+    # SIGTERM (a service manager, `kill`) stops the workers and Redis like Ctrl-C does
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with local_cluster(settings, shards, args.workers, loglevel="INFO") as cluster:
         for name, owned in zip(cluster.names, cluster.assignment, strict=True):
             print(f"{name}: " + ", ".join(f"{r}:{k}" for r, k in owned))

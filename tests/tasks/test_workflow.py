@@ -18,7 +18,24 @@ def _region(make_config, rt, **kw):  # noqa: ANN001, ANN202
     return region, ingest(region, Store(rt.settings.store_url)).manifest
 
 
-def test_two_tune_steps_at_once_never_overfill_or_propose_twice(make_config, rt) -> None:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, home) -> str:
+    """The study database of the test: the SQLite default, or the PostgreSQL server."""
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+        monkeypatch.setenv("HOPTUNE_DATABASE_URL", url)
+        yield url
+        from tuner._db import StudyDB, metadata
+
+        db = StudyDB(url)
+        metadata.drop_all(db.engine)
+        db.dispose()
+    else:
+        yield "sqlite"
+
+
+def test_two_tune_steps_at_once_never_overfill_or_propose_twice(make_config, backend) -> None:
+    rt = Runtime(Settings.from_env(), worker="test")
     region, manifest = _region(make_config, rt, trials=12, parallel=3)
     study = create_study(rt, region, manifest=manifest)
     results: list[list] = [[], []]
@@ -42,6 +59,8 @@ def test_two_tune_steps_at_once_never_overfill_or_propose_twice(make_config, rt)
     # once more, with every slot taken: nothing new
     assert tune_step(rt, study) == []
     assert len(rt.db.trials(study)) == 3
+    for r in (rt, *runtimes):
+        r.db.dispose()
 
 
 def test_a_study_spends_its_budget_and_prunes_at_the_rungs(make_config, rt) -> None:
