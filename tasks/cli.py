@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="synthetic data for 3 regions, tuned by hopping, in a table")
     p.add_argument("--workers", type=_positive, default=2)
-    p.add_argument("--trials", type=_positive, default=8, help="trials per region")
+    p.add_argument("--trials", type=_positive, default=None,
+                   help="trials per region (default: 8 tuned, 4 fixed)")
     p.add_argument("--parallel", type=_positive, default=2, help="concurrent trials per region")
     p.add_argument("--epochs", type=_positive, default=3)
     p.add_argument("--fixed", action="store_true",
@@ -234,7 +235,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from tasks._demo import run_demo
 
-    return run_demo(_settings(), workers=args.workers, trials=args.trials, epochs=args.epochs,
+    trials = args.trials or (4 if args.fixed else 8)
+    return run_demo(_settings(), workers=args.workers, trials=trials, epochs=args.epochs,
                     parallel=args.parallel, fixed=args.fixed, progress=not args.no_progress)
 
 
