@@ -35,17 +35,19 @@ def summary(rt: Runtime, study_ids: list[int]) -> str:
     """One line: best metric so far and trials by state, over the studies."""
     counts = {"running": 0, "done": 0, "pruned": 0, "failed": 0}
     best: float | None = None
+    epochs = 0
     for study_id in study_ids:
         study = rt.db.study(study_id)
-        for key, n in rt.db.counts(study_id).items():
-            if key in counts:
-                counts[key] += n
+        trials = rt.db.trials(study_id)
+        for t in trials:
+            epochs += t["epochs_done"]
+            if t["state"] in counts:
+                counts[t["state"]] += 1
         if len(study_ids) == 1:
-            scored = [t["best_metric"] for t in rt.db.trials(study_id)
-                      if t["best_metric"] is not None]
+            scored = [t["best_metric"] for t in trials if t["best_metric"] is not None]
             if scored:
                 best = min(scored) if study["minimize"] else max(scored)
-    line = " ".join(f"{k} {v}" for k, v in counts.items())
+    line = " ".join(f"{k} {v}" for k, v in counts.items()) + f" | epochs {epochs}"
     return (f"best {best:.4g} | " if best is not None else "") + line
 
 

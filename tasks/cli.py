@@ -47,6 +47,15 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _add_follow_options(p: argparse.ArgumentParser, start: str) -> None:
+    """The options of commands that start work in the workers and then follow it."""
+    p.add_argument("--local-workers", type=_positive, default=None, metavar="N",
+                   help="start the embedded Redis and N local workers for this command")
+    p.add_argument("--detach", action="store_true",
+                   help=f"{start} and return; the workers carry it on")
+    p.add_argument("--no-progress", action="store_true", help="no live view")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hoptune",
@@ -88,21 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trial budget of a new study (default: the region's `trials`)")
     p.add_argument("--parallel", type=_positive, default=None,
                    help="concurrent trials of a new study (default: the region's `parallel`)")
-    p.add_argument("--local-workers", type=_positive, default=None, metavar="N",
-                   help="start the embedded Redis and N local workers for this command")
-    p.add_argument("--detach", action="store_true",
-                   help="start or resume the study and return; the workers carry it on")
-    p.add_argument("--no-progress", action="store_true", help="no live view")
+    _add_follow_options(p, "start or resume the study")
 
     p = sub.add_parser("nightly", help="the nightly retraining, by hand: re-ingest, tune warm, "
                                        "promote if better, for every region")
     p.add_argument("--regions", type=_names, default=None, metavar="R1,R2",
                    help="only these regions (default: all)")
-    p.add_argument("--local-workers", type=_positive, default=None, metavar="N",
-                   help="start the embedded Redis and N local workers for this command")
-    p.add_argument("--detach", action="store_true",
-                   help="start the run and return; the workers carry it on")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_follow_options(p, "start the run")
 
     p = sub.add_parser("beat", help="run celery beat with the nightly schedule (exactly one)")
     p.add_argument("--loglevel", default="INFO")
