@@ -2,7 +2,10 @@
 
 One ``Runtime`` per process, built lazily from the environment. Shards are
 cached in memory by (region, data hash, shard), so a re-ingested region is
-loaded afresh and an unchanged one is read from the store once.
+loaded afresh and an unchanged one is read from the store once. Where the
+store is remote (``s3://…``), the shard files are also kept on local disk under
+``HOPTUNE_HOME/cache``: their keys contain the data hash, so a cached copy
+never goes stale, and a restarted worker does not download its shards again.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Runtime:
         self.settings = settings or Settings.from_env()
         self.worker = worker or os.environ.get("HOPTUNE_WORKER_NAME") or socket.gethostname()
         self.store = Store(self.settings.store_url)
+        self.disk_cache = None if self.store.local else Store(str(self.settings.cache_dir))
         self.db = StudyDB(self.settings.database_url)
         self._cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
         self._lock = threading.Lock()
@@ -38,10 +42,21 @@ class Runtime:
         return read_manifest(self.store, region)
 
     def shard(self, manifest: dict[str, Any], k: int) -> dict[str, torch.Tensor]:
-        return self._cached(manifest, str(k), lambda: load_shard(self.store, manifest, k))
+        files = manifest["files"]["shards"]
+        return self._cached(manifest, str(k), lambda: load_shard(
+            self._nearby(files[k] if 0 <= k < len(files) else None), manifest, k))
 
     def validation(self, manifest: dict[str, Any]) -> dict[str, torch.Tensor]:
-        return self._cached(manifest, "validation", lambda: load_validation(self.store, manifest))
+        return self._cached(manifest, "validation", lambda: load_validation(
+            self._nearby(manifest["files"]["validation"]), manifest))
+
+    def _nearby(self, key: str | None) -> Store:
+        """The store to read ``key`` from: the store itself, or its copy on local disk."""
+        if self.disk_cache is None or key is None:
+            return self.store
+        if not self.disk_cache.exists(key):
+            self.disk_cache.write_bytes(key, self.store.read_bytes(key))
+        return self.disk_cache
 
     def _cached(self, manifest: dict[str, Any], part: str, load: Any) -> dict[str, torch.Tensor]:
         key = (manifest["region"], manifest["hash"], part)

@@ -143,3 +143,23 @@ def test_a_bad_space_writes_no_study(make_config, rt, bad: str) -> None:
         open_study(rt, config, config.region("north"))
     assert rt.db.studies() == []
     assert not (rt.settings.home / "store").exists()
+
+
+def test_a_remote_store_is_cached_on_local_disk(make_config, home, monkeypatch) -> None:
+    import uuid
+
+    monkeypatch.setenv("HOPTUNE_STORE_URL", f"memory://hoptune-{uuid.uuid4().hex}")
+    rt = Runtime(Settings.from_env(), worker="test")
+    assert rt.disk_cache is not None
+    region = load_config(make_config()).region("north")
+    manifest = ingest(region, rt.store).manifest
+    first = rt.shard(manifest, 1)
+    cached = home / "cache" / manifest["files"]["shards"][1]
+    assert cached.is_file()
+    assert cached.read_bytes() == rt.store.read_bytes(manifest["files"]["shards"][1])
+    # a restarted worker reads the shard from its disk, not from the store
+    rt.store.delete(manifest["files"]["shards"][1])
+    again = Runtime(Settings.from_env(), worker="test")
+    assert again.shard(manifest, 1)["rating"].equal(first["rating"])
+    rt.db.dispose()
+    again.db.dispose()
