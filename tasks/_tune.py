@@ -17,7 +17,7 @@ from regions._config import display_path
 from tasks._driver import follow, format_table, study_table
 from tasks._hop import tune_step_dispatch
 from tasks._runtime import Runtime
-from tasks._sweeper import sweep
+from tasks._sweeper import busy_trials, sweep
 from tasks._workflow import create_study
 from tuner import parse_space
 
@@ -61,8 +61,9 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
         if not app.control.ping(timeout=1.0):
             print("hoptune: warning: no worker answers; start `hoptune up` or "
                   "`hoptune worker --shards …`", file=sys.stderr)
-        send([tune_step_dispatch(study_id)]
-             + (sweep(rt, 0.0, study_id) if resumed else []), app)
+        # resuming: re-send the furthest hop of each trial that no live worker holds
+        resend = sweep(rt, 0.0, study_id, busy_trials(app)) if resumed else []
+        send([tune_step_dispatch(study_id), *resend], app)
         if detach:
             print(f"study {study_id} runs in the workers; `hoptune status` shows it")
             return 0

@@ -81,3 +81,27 @@ def test_study_survives_killing_workers_command_and_redis(make_config, rt, clust
         assert all(per_epoch[e["epoch"]] == 2 for e in epochs)
         for e in epochs:
             assert sorted(h["shard"] for h in hops if h["epoch"] == e["epoch"]) == [0, 1]
+
+
+def test_resuming_leaves_alone_the_trials_a_live_worker_is_running(make_config, rt, cluster,
+                                                                   redis_url) -> None:
+    from regions import Store, ingest, load_config
+    from tasks import app, create_study
+    from tasks._driver import start_studies
+    from tasks._sweeper import busy_trials, sweep
+
+    region = load_config(make_config(shards=2, epochs=6, trials=1, parallel=1, rows=8000,
+                                     batch_size=4)).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    cluster({"north": 2}, workers=2)
+    study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.01}])
+    start_studies(app, [study])
+    _wait(lambda: any(h["state"] == "running" for h in rt.db.hops(study_id=study)), 60,
+          "a hop to start")
+    (trial,) = rt.db.trials(study)
+    busy = busy_trials(app)
+    assert trial["id"] in busy
+    assert sweep(rt, 0.0, study, busy) == []  # nothing re-sent behind a live worker's back
+    # without asking the workers, the same sweep would have sent the trial's hop again
+    assert [d.kwargs["trial"] for d in sweep(rt, 0.0, study)] == [trial["id"]]
+    assert rt.db.trial(trial["id"])["state"] == "running"
