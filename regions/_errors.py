@@ -14,7 +14,6 @@ __all__ = [
     "DataError",
     "StoreError",
     "StudyError",
-    "TrialFailed",
 ]
 
 
@@ -36,7 +35,3 @@ class StoreError(HoptuneError):
 
 class StudyError(HoptuneError):
     """A study or trial is not in a state that allows the requested action."""
-
-
-class TrialFailed(HoptuneError):
-    """A trial cannot go on; its reason is recorded with it."""

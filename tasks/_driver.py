@@ -27,7 +27,7 @@ def start_studies(app: Celery, study_ids: list[int]) -> None:
     send([tune_step_dispatch(s) for s in study_ids], app)
 
 
-def total_hops(rt: Runtime, study: dict[str, Any]) -> int:
+def total_hops(study: dict[str, Any]) -> int:
     return study["budget"] * study["epochs"] * study["region_config"]["shards"]
 
 
@@ -64,7 +64,7 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
     from tasks._app import send
 
     studies = [rt.db.study(s) for s in study_ids]
-    bar = tqdm(total=sum(total_hops(rt, s) for s in studies), unit="hop", disable=not progress,
+    bar = tqdm(total=sum(total_hops(s) for s in studies), unit="hop", disable=not progress,
                dynamic_ncols=True, mininterval=0.5)
     last_sweep = time.monotonic()
     started = time.monotonic()

@@ -60,7 +60,6 @@ class HopReport:
     load_seconds: float = 0.0
     train_seconds: float = 0.0
     save_seconds: float = 0.0
-    record_seconds: float = 0.0
     dispatch: list[Dispatch] = field(default_factory=list)
     skipped: str | None = None
 
@@ -170,7 +169,6 @@ def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
     if on_progress is not None:
         on_progress(report)
 
-    started = time.perf_counter()
     last = position + 1 == len(order)
     next_hop = None if last else (position + 1, order[position + 1])
     figures = {"samples": report.samples, "loss": report.loss}
@@ -178,7 +176,6 @@ def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
         figures.update(train_seconds=report.train_seconds, load_seconds=report.load_seconds,
                        save_seconds=report.save_seconds)
     queued = db.finish_hop(trial_id, epoch, position, next_hop=next_hop, **figures)
-    report.record_seconds = time.perf_counter() - started
     if next_hop is not None:
         if queued:
             report.dispatch.append(

@@ -15,15 +15,10 @@ from typing import Any
 import torch
 
 import kernels
-from regions import RegionConfig, get_family, iter_batches
+from regions import OPTIMIZER_PARAMS, RegionConfig, get_family, iter_batches
 
 __all__ = ["TrainedPass", "stream_seed", "build_trial_model", "make_trial_optimizer",
-           "train_pass", "OPTIMIZER_KEYS"]
-
-# Trial parameters that configure the optimizer rather than the model.
-OPTIMIZER_KEYS = ("lr", "weight_decay", "momentum", "dampening", "nesterov", "beta1", "beta2",
-                  "eps", "amsgrad")
-
+           "train_pass"]
 
 def stream_seed(*parts: int | str) -> int:
     """A 63-bit seed derived from its parts: every random stream names where it belongs."""
@@ -43,7 +38,7 @@ def build_trial_model(region: RegionConfig, params: dict[str, Any], seed: int,
 def make_trial_optimizer(region: RegionConfig, params: dict[str, Any],
                          model: torch.nn.Module) -> torch.optim.Optimizer:
     """The region's optimizer (fused by default) with the trial's optimizer parameters."""
-    hyper: dict[str, Any] = {k: params[k] for k in OPTIMIZER_KEYS if k in params}
+    hyper: dict[str, Any] = {k: params[k] for k in OPTIMIZER_PARAMS if k in params}
     if "beta1" in hyper or "beta2" in hyper:
         hyper["betas"] = (hyper.pop("beta1", 0.9), hyper.pop("beta2", 0.999))
     return kernels.make_optimizer(region.optimizer, model.parameters(), **hyper)

@@ -347,13 +347,6 @@ class StudyDB:
             query = query.where(trials.c.state.in_(states))
         return [_row(r) for r in conn.execute(query)]
 
-    def set_trial(self, trial_id: int, conn: Connection | None = None, **values: Any) -> None:
-        if conn is None:
-            with self.transaction() as own:
-                return self.set_trial(trial_id, own, **values)
-        values.setdefault("updated_at", utcnow())
-        conn.execute(update(trials).where(trials.c.id == trial_id).values(**values))
-
     def end_trial(self, trial_id: int, state: str, *, failure: str | None = None) -> bool:
         """Move an active trial to a final state; False if it had already ended."""
         now = utcnow()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -106,7 +106,6 @@ class Card:
     previous_metric: float | None = None
     study_id: Any = None
     trial_number: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def trial_colour(number: int) -> tuple[float, float, float, float]:

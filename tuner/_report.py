@@ -237,8 +237,6 @@ def _read_json(store: Store, key: str) -> Any:
 
 
 def _card(raw: dict[str, Any], folder: str) -> Card:
-    known = {"version", "created_at", "metric", "previous", "previous_metric", "study_id",
-             "trial_number"}
     return Card(
         version=str(raw.get("version") or folder),
         created_at=_instant(raw.get("created_at")),
@@ -248,7 +246,6 @@ def _card(raw: dict[str, Any], folder: str) -> Card:
                          else None),
         study_id=raw.get("study_id"),
         trial_number=raw.get("trial_number"),
-        extra={k: v for k, v in raw.items() if k not in known},
     )
 
 
