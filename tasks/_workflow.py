@@ -23,7 +23,8 @@ from tasks._training import build_trial_model, stream_seed
 from tasks._visit_order import choose_visit_order
 from tuner import AshaPruner, parse_space, propose
 
-__all__ = ["create_study", "tune_step", "end_of_epoch", "trial_seed", "others_positions"]
+__all__ = ["create_study", "tune_step", "end_of_epoch", "best_trial", "trial_seed",
+           "others_positions"]
 
 log = logging.getLogger(__name__)
 
@@ -144,29 +145,29 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
     return out
 
 
-def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
-                  trials: list[dict[str, Any]]) -> bool:
-    """End the study (in the caller's transaction); False if it had already ended."""
-    # the best trial is judged by its final metric: its final weights are what gets promoted
-    minimize = bool(study["minimize"])
+def best_trial(trials: list[dict[str, Any]], minimize: bool) -> dict[str, Any] | None:
+    """The best finished trial (pruned ones only if none finished), by its final metric.
+
+    The final metric, not the best epoch's: the final weights are what gets promoted.
+    """
     scored = [t for t in trials if t["last_metric"] is not None
               and math.isfinite(t["last_metric"]) and t["state"] in ("done", "pruned")]
     finished = [t for t in scored if t["state"] == "done"] or scored
-    if finished:
-        best = (min if minimize else max)(finished, key=lambda t: t["last_metric"])
-        state, best_id, failure = "done", best["id"], None
-    else:
-        state, best_id, failure = "failed", None, "every trial failed"
-    from sqlalchemy import update
+    if not finished:
+        return None
+    return (min if minimize else max)(finished, key=lambda t: t["last_metric"])
 
-    from tuner._db import studies, utcnow
 
-    result = conn.execute(update(studies).where(studies.c.id == study["id"],
-                                                studies.c.state == "running")
-                          .values(state=state, finished_at=utcnow(), best_trial_id=best_id,
-                                  failure=failure))
-    log.info("study %d of region %s finished: %s", study["id"], study["region"], state)
-    return result.rowcount == 1
+def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
+                  trials: list[dict[str, Any]]) -> bool:
+    """End the study (in the caller's transaction); False if it had already ended."""
+    best = best_trial(trials, bool(study["minimize"]))
+    ended = rt.db.finish_study(study["id"], "done" if best else "failed",
+                               best_trial_id=best["id"] if best else None,
+                               failure=None if best else "every trial failed", conn=conn)
+    log.info("study %d of region %s finished: %s", study["id"], study["region"],
+             "done" if best else "failed")
+    return ended
 
 
 def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],

@@ -276,16 +276,19 @@ class StudyDB:
         return _row(row) if row is not None else None
 
     def finish_study(self, study_id: int, state: str, *, best_trial_id: int | None = None,
-                     failure: str | None = None) -> bool:
+                     failure: str | None = None, conn: Connection | None = None) -> bool:
         """Mark a running study finished; False if it already was (so only one caller wins)."""
-        with self.transaction() as conn:
-            result = conn.execute(
-                update(studies)
-                .where(studies.c.id == study_id, studies.c.state == "running")
-                .values(state=state, finished_at=utcnow(), best_trial_id=best_trial_id,
-                        failure=failure)
-            )
-            return result.rowcount == 1
+        if conn is None:
+            with self.transaction() as own:
+                return self.finish_study(study_id, state, best_trial_id=best_trial_id,
+                                         failure=failure, conn=own)
+        result = conn.execute(
+            update(studies)
+            .where(studies.c.id == study_id, studies.c.state == "running")
+            .values(state=state, finished_at=utcnow(), best_trial_id=best_trial_id,
+                    failure=failure)
+        )
+        return result.rowcount == 1
 
     @contextmanager
     def locked_study(self, study_id: int) -> Iterator[tuple[Connection, dict[str, Any]]]:
