@@ -30,7 +30,8 @@ from tasks._runtime import Runtime, region_of, study_manifest
 from tasks._training import build_trial_model, make_trial_optimizer, train_pass
 from tuner._db import ACTIVE_STATES
 
-__all__ = ["Dispatch", "HopReport", "hop_queue", "hop_dispatch", "run_hop", "restore_trial"]
+__all__ = ["Dispatch", "HopReport", "hop_queue", "hop_dispatch", "run_hop", "restore_trial",
+           "model_at"]
 
 log = logging.getLogger(__name__)
 
@@ -90,28 +91,37 @@ def promote_dispatch(study_id: int) -> Dispatch:
 def restore_trial(rt: Runtime, region: RegionConfig, study: dict[str, Any],
                   trial: dict[str, Any], epoch: int, position: int, meta: dict[str, Any]
                   ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """The model and optimizer a hop at (epoch, position) starts from.
-
-    From a checkpoint, the model is built without memory (on the meta device)
-    and takes the checkpoint's tensors as its own: no initialisation that the
-    load would overwrite, no copy.
-    """
+    """The model and optimizer a hop at (epoch, position) starts from."""
     params = trial["params"]
     before = previous_position(epoch, position, region.shards)
     if before is None:
         model = build_trial_model(region, params, trial["seed"], meta)
         return model, make_trial_optimizer(region, params, model)
-    checkpoint = load_checkpoint(rt.store, checkpoint_key(study["id"], trial["id"], *before))
-    with torch.device("meta"):
-        model = get_family(region).build(params, meta)
-    model.load_state_dict(checkpoint.model, assign=True)
-    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
-        # a tensor the state_dict does not carry (a non-persistent buffer): build for real
-        model = build_trial_model(region, params, trial["seed"], meta)
-        model.load_state_dict(checkpoint.model)
+    model, checkpoint = model_at(rt, region, study, trial, *before, meta)
     optimizer = make_trial_optimizer(region, params, model)
     optimizer.load_state_dict(checkpoint.optimizer)
     return model, optimizer
+
+
+def model_at(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict[str, Any],
+             epoch: int, position: int, meta: dict[str, Any]
+             ) -> tuple[torch.nn.Module, Checkpoint]:
+    """The trial's model as hop (epoch, position) left it, and that hop's checkpoint.
+
+    The model is built without memory (on the meta device) and takes the
+    checkpoint's tensors as its own: no initialisation that the load would
+    overwrite, no copy.
+    """
+    checkpoint = load_checkpoint(rt.store, checkpoint_key(study["id"], trial["id"], epoch,
+                                                          position))
+    with torch.device("meta"):
+        model = get_family(region).build(trial["params"], meta)
+    model.load_state_dict(checkpoint.model, assign=True)
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        # a tensor the state_dict does not carry (a non-persistent buffer): build for real
+        model = build_trial_model(region, trial["params"], trial["seed"], meta)
+        model.load_state_dict(checkpoint.model)
+    return model, checkpoint
 
 
 def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
@@ -145,7 +155,10 @@ def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
     key = checkpoint_key(study["id"], trial_id, epoch, position)
     manifest = study_manifest(rt, study)
     model: torch.nn.Module | None = None
-    if hop["state"] == "done" or store.exists(key):
+    if hop["state"] == "done":
+        report.skipped = "output checkpoint exists"
+        report.samples, report.loss = hop["samples"], hop["loss"]
+    elif store.exists(key):  # trained and saved, but its worker died before recording it
         report.skipped = "output checkpoint exists"
         done = load_checkpoint(store, key)
         report.samples, report.loss = done.samples, done.loss

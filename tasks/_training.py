@@ -64,7 +64,8 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
     torch.manual_seed(stream_seed(seed, epoch, shard, "torch"))
     model.train()
     started = time.perf_counter()
-    total, samples = 0.0, 0
+    # the loss is summed on the device: reading it each step would stall a GPU every batch
+    total, samples = torch.zeros((), dtype=torch.float64), 0
     for batch in iter_batches(data, region.batch_size, generator):
         optimizer.zero_grad(set_to_none=True)
         loss = family.loss(model, batch)
@@ -73,7 +74,7 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
             kernels.clip_grad_norm_(model.parameters(), clip_norm)
         optimizer.step()
         n = len(next(iter(batch.values())))
-        total += float(loss.detach()) * n
+        total = total.to(loss.device) + loss.detach().double() * n
         samples += n
-    return TrainedPass(samples=samples, loss=total / max(samples, 1),
+    return TrainedPass(samples=samples, loss=float(total) / max(samples, 1),
                        seconds=time.perf_counter() - started)

@@ -15,11 +15,10 @@ from typing import Any
 import torch
 
 from regions import RegionConfig, get_family
-from tasks._checkpoint import checkpoint_key, load_checkpoint
-from tasks._hop import Dispatch, hop_dispatch, promote_dispatch, tune_step_dispatch
+from tasks._hop import Dispatch, hop_dispatch, model_at, promote_dispatch, tune_step_dispatch
 from tasks._nightly import renew as renew_nightly_lock
 from tasks._runtime import Runtime, region_of
-from tasks._training import build_trial_model, stream_seed
+from tasks._training import stream_seed
 from tasks._visit_order import choose_visit_order
 from tuner import AshaPruner, parse_space, propose
 
@@ -176,10 +175,8 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
     """Validate after an epoch's last hop; continue, prune or end the trial."""
     db = rt.db
     family = get_family(region)
-    if model is None:
-        model = build_trial_model(region, trial["params"], trial["seed"], manifest["meta"])
-        last = checkpoint_key(study["id"], trial["id"], epoch, region.shards - 1)
-        model.load_state_dict(load_checkpoint(rt.store, last).model)
+    if model is None:  # a redelivered last hop: the weights are in its checkpoint
+        model, _ = model_at(rt, region, study, trial, epoch, region.shards - 1, manifest["meta"])
     metric = float(family.evaluate(model, rt.validation(manifest)))
     minimize = bool(study["minimize"])
     if not math.isfinite(metric):
