@@ -37,8 +37,8 @@ def _better(a: float, b: float, minimize: bool) -> bool:
     return a < b if minimize else a > b
 
 
-def _comparable(rt: Runtime, card: dict[str, Any], family: str,
-                manifest: dict[str, Any]) -> bool:
+def _comparable(card: dict[str, Any], family: str, manifest: dict[str, Any],
+                ids_hash: str | None) -> bool:
     """Whether the champion can score the study's validation data like the challenger."""
     if card["family"] != family:
         return False
@@ -46,18 +46,15 @@ def _comparable(rt: Runtime, card: dict[str, Any], family: str,
         return True
     if card["meta"] != manifest["meta"]:
         return False
-    if manifest["task"] != "rating":
-        return True
-    return card.get("ids_hash") == _ids_hash(rt, manifest)
+    return manifest["task"] != "rating" or card.get("ids_hash") == ids_hash
 
 
-def _ids_hash(rt: Runtime, manifest: dict[str, Any]) -> str | None:
+def _hash(ids: dict[str, list[str]] | None) -> str | None:
     import hashlib
     import json
 
-    if manifest["task"] != "rating":
+    if ids is None:
         return None
-    ids = load_id_maps(rt.store, manifest)
     return hashlib.sha256(json.dumps(ids, sort_keys=True).encode()).hexdigest()
 
 
@@ -74,13 +71,14 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
     region = region_of(study)
     family = get_family(region)
     manifest = study_manifest(rt, study)
-    validation = rt.validation(manifest)
     best = db.trial(study["best_trial_id"])
     minimize = bool(study["minimize"])
-    model = build_trial_model(region, best["params"], best["seed"], manifest["meta"])
+    # the challenger's weights are its final checkpoint, and their validation metric was
+    # recorded when its last epoch ended, on this same validation data
     final = checkpoint_key(study_id, best["id"], best["epochs_done"] - 1, region.shards - 1)
-    model.load_state_dict(load_checkpoint(store, final).model)
-    metric = float(family.evaluate(model, validation))
+    weights = load_checkpoint(store, final).model
+    metric = float(best["last_metric"])
+    ids = load_id_maps(store, manifest) if manifest["task"] == "rating" else None
 
     locks, holder = Locks(db), f"study-{study_id}"
     deadline = time.monotonic() + 10 * _LOCK_SECONDS
@@ -89,7 +87,7 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
             raise TimeoutError(f"registry of {region.name} stayed locked")
         time.sleep(0.2)
     try:
-        decision = _decide(rt, study, region, family, manifest, validation, metric, minimize)
+        decision = _decide(rt, region, family, manifest, _hash(ids), metric, minimize)
         if decision["promoted"]:
             version = next_version(store, region.name)
             now = utcnow().isoformat()
@@ -98,7 +96,7 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
                 "family": region.family, "task": region.task, "params": best["params"],
                 "metric_name": family.metric_name, "metric": metric, "minimize": minimize,
                 "data_hash": manifest["hash"], "meta": manifest["meta"],
-                "ids_hash": _ids_hash(rt, manifest),
+                "ids_hash": _hash(ids),
                 "study_id": study_id, "trial_id": best["id"], "trial_number": best["number"],
                 "seed": best["seed"], "epochs": best["epochs_done"],
                 "visit_orders": [e["visit_order"] for e in db.epochs(best["id"])],
@@ -106,8 +104,7 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
                 "previous_metric": decision.get("champion_metric"),
                 "reason": decision["reason"],
             }
-            ids = load_id_maps(store, manifest) if manifest["task"] == "rating" else None
-            write_version(store, region.name, version, model.state_dict(), card, ids)
+            write_version(store, region.name, version, weights, card, ids)
             set_champion(store, region.name, version, now)
             decision["version"] = version
         db.set_study(study_id, promotion=decision)
@@ -117,9 +114,8 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
     return decision
 
 
-def _decide(rt: Runtime, study: dict[str, Any], region: Any, family: Any,
-            manifest: dict[str, Any], validation: Any, metric: float, minimize: bool
-            ) -> dict[str, Any]:
+def _decide(rt: Runtime, region: Any, family: Any, manifest: dict[str, Any],
+            ids_hash: str | None, metric: float, minimize: bool) -> dict[str, Any]:
     name = family.metric_name
     decision: dict[str, Any] = {"challenger_metric": metric, "champion": None,
                                 "champion_metric": None}
@@ -128,13 +124,13 @@ def _decide(rt: Runtime, study: dict[str, Any], region: Any, family: Any,
         return {**decision, "promoted": True,
                 "reason": f"first champion ({name} {metric:.4g})"}
     decision["champion"] = card["version"]
-    if not _comparable(rt, card, region.family, manifest):
+    if not _comparable(card, region.family, manifest, ids_hash):
         return {**decision, "promoted": True,
                 "reason": f"replaces {card['version']}, which cannot score this data "
                           f"(its ids or features differ); {name} {metric:.4g}"}
     champion = build_trial_model(region, card["params"], card["seed"], manifest["meta"])
     champion.load_state_dict(load_weights(rt.store, region.name, card["version"]))
-    held = float(family.evaluate(champion, validation))
+    held = float(family.evaluate(champion, rt.validation(manifest)))
     decision["champion_metric"] = held
     if _better(metric, held, minimize):
         return {**decision, "promoted": True,
