@@ -15,16 +15,16 @@ from typing import Any
 
 from regions import get_family, load_id_maps
 from tasks._checkpoint import checkpoint_key, load_checkpoint
-from tasks._registry import (
+from tasks._runtime import Runtime, region_of, study_manifest
+from tasks._training import build_trial_model
+from tuner._db import Locks, utcnow
+from tuner._registry import (
     champion_card,
     load_weights,
     next_version,
     set_champion,
     write_version,
 )
-from tasks._runtime import Runtime, region_of, study_manifest
-from tasks._training import build_trial_model
-from tuner._db import Locks, utcnow
 
 __all__ = ["promote", "promote_study"]
 

@@ -275,8 +275,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _nightly_rows(db, regions: list[str]) -> list[dict]:  # noqa: ANN001 - tuner.StudyDB
     from regions import Store
-    from tasks._registry import champion_card
     from tuner._db import NightlyRecords, utcnow
+    from tuner._registry import champion_card
 
     store = Store(_settings().store_url)
     last: dict[str, dict] = {}
@@ -353,7 +353,7 @@ def cmd_beat(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from regions import Store
     from tasks._driver import format_table
-    from tasks._registry import champion_card, versions
+    from tuner._registry import champion_card, versions
 
     store = Store(_settings().store_url)
     names = args.regions or sorted({k.split("/")[1] for k in store.list("models")})
@@ -377,7 +377,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from regions import Store
-    from tasks._registry import export_champion
+    from tuner._registry import export_champion
 
     card = export_champion(Store(_settings().store_url), args.region, args.out)
     print(f"{args.region}: champion {card['version']} ({card['metric_name']} "

@@ -1,9 +1,8 @@
 """A study's report: one ``index.html`` with tables and the five PNG plots next to it.
 
 It reads the study database and the store's model registry and writes into a
-folder; it changes nothing else. The registry is written by promotions while
-reports are read, so every card is read defensively: an unreadable or absent
-registry means "no champion yet", not a failure. The file list is the same
+folder; it changes nothing else. A registry that cannot be read means "no
+champion yet", not a failure. The file list is the same
 for every study (a plot with nothing to show says so), so links never break.
 """
 
@@ -34,6 +33,7 @@ from tuner._plots import (
     plot_learning_curves,
     plot_params,
 )
+from tuner._registry import champion_version, versions
 
 __all__ = ["PLOTS", "read_champions", "write_report"]
 
@@ -208,32 +208,15 @@ def _natural(text: str) -> list[Any]:
 def read_champions(store: Store, region: str) -> tuple[list[Card], str | None]:
     """The region's promoted versions (oldest first) and the current champion's version.
 
-    Unreadable cards are skipped; no registry gives ``([], None)``.
+    A registry that cannot be read gives ``([], None)``: the report says "no
+    champion yet" rather than failing.
     """
-    prefix = f"models/{region}"
     try:
-        keys = store.list(prefix)
-    except (StoreError, OSError):
+        cards = versions(store, region)
+        current = champion_version(store, region)
+    except (StoreError, OSError, ValueError, KeyError):
         return [], None
-    cards = []
-    for key in keys:
-        parts = key.split("/")
-        if len(parts) < 4 or parts[-1] != "card.json" or "/".join(parts[-4:-2]) != prefix:
-            continue
-        raw = _read_json(store, key)
-        if isinstance(raw, dict):
-            cards.append(_card(raw, parts[-2]))
-    cards.sort(key=lambda c: (c.created_at is None, c.created_at or utcnow(), c.version))
-    pointer = _read_json(store, f"{prefix}/champion.json")
-    current = pointer.get("version") if isinstance(pointer, dict) else None
-    return cards, current if isinstance(current, str) else None
-
-
-def _read_json(store: Store, key: str) -> Any:
-    try:
-        return store.read_json(key)
-    except (StoreError, OSError, ValueError):
-        return None
+    return [_card(raw, raw.get("version", "")) for raw in cards], current
 
 
 def _card(raw: dict[str, Any], folder: str) -> Card:

@@ -17,8 +17,8 @@ import torch
 
 from regions import Store, StoreError
 
-__all__ = ["champion_card", "versions", "load_weights", "write_version", "set_champion",
-           "next_version", "export_champion"]
+__all__ = ["champion_version", "champion_card", "versions", "load_weights", "write_version",
+           "set_champion", "next_version", "export_champion"]
 
 _VERSION = re.compile(r"v(\d{4,})")
 
@@ -27,13 +27,16 @@ def _prefix(region: str) -> str:
     return f"models/{region}"
 
 
+def champion_version(store: Store, region: str) -> str | None:
+    """The champion's version, or None if the region has none yet."""
+    pointer = f"{_prefix(region)}/champion.json"
+    return store.read_json(pointer)["version"] if store.exists(pointer) else None
+
+
 def champion_card(store: Store, region: str) -> dict[str, Any] | None:
     """The champion's card, or None if the region has none yet."""
-    pointer = f"{_prefix(region)}/champion.json"
-    if not store.exists(pointer):
-        return None
-    version = store.read_json(pointer)["version"]
-    return store.read_json(f"{_prefix(region)}/{version}/card.json")
+    version = champion_version(store, region)
+    return None if version is None else store.read_json(f"{_prefix(region)}/{version}/card.json")
 
 
 def versions(store: Store, region: str) -> list[dict[str, Any]]:
