@@ -7,7 +7,7 @@ import dataclasses
 import torch
 
 from kernels import _dispatch, reference
-from kernels._base import FusedOptimizer
+from kernels._base import FusedOptimizer, real_view
 from kernels._blocks import in_blocks
 from kernels._multi_tensor import pointer_table
 from kernels._specs import ADAMW
@@ -65,11 +65,7 @@ class FusedAdamW(FusedOptimizer):
     def _step_group(self, group: dict) -> None:
         amsgrad = bool(group["amsgrad"])
         buckets: dict[tuple[torch.device, torch.dtype, float], list[_dispatch.Slot]] = {}
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            if p.grad.is_sparse:
-                raise RuntimeError("FusedAdamW does not support sparse gradients")
+        for p in self._params_with_grads(group):
             state = self.state[p]
             if not state:
                 state["step"] = torch.tensor(0.0, dtype=torch.float32)
@@ -78,15 +74,13 @@ class FusedAdamW(FusedOptimizer):
             if amsgrad and "max_exp_avg_sq" not in state:
                 state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["step"] += 1
-            slot = (
+            slot = real_view((
                 p,
                 p.grad,
                 state["exp_avg"],
                 state["exp_avg_sq"],
                 state["max_exp_avg_sq"] if amsgrad else None,
-            )
-            if torch.is_complex(p):
-                slot = tuple(None if t is None else torch.view_as_real(t) for t in slot)
+            ))
             key = (slot[0].device, slot[0].dtype, float(state["step"]))
             buckets.setdefault(key, []).append(slot)
 

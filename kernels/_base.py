@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 import torch
 
-__all__ = ["FusedOptimizer"]
+__all__ = ["FusedOptimizer", "real_view"]
 
 
 class FusedOptimizer(torch.optim.Optimizer):
@@ -38,3 +38,19 @@ class FusedOptimizer(torch.optim.Optimizer):
 
     def _step_group(self, group: dict) -> None:
         raise NotImplementedError
+
+    def _params_with_grads(self, group: dict) -> Iterator[torch.Tensor]:
+        """The group's parameters that have a gradient; sparse gradients are refused."""
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+            yield p
+
+
+def real_view(slot: tuple[torch.Tensor | None, ...]) -> tuple[torch.Tensor | None, ...]:
+    """A slot of complex tensors as real ones (the kernels update real and imaginary parts)."""
+    if not torch.is_complex(slot[0]):
+        return slot
+    return tuple(None if t is None else torch.view_as_real(t) for t in slot)

@@ -7,7 +7,7 @@ import dataclasses
 import torch
 
 from kernels import _dispatch, reference
-from kernels._base import FusedOptimizer
+from kernels._base import FusedOptimizer, real_view
 from kernels._blocks import in_blocks
 from kernels._multi_tensor import pointer_table
 from kernels._specs import SGD
@@ -64,11 +64,7 @@ class FusedSGD(FusedOptimizer):
     def _step_group(self, group: dict) -> None:
         momentum = float(group["momentum"])
         buckets: dict[tuple[torch.device, torch.dtype, bool], list[_dispatch.Slot]] = {}
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            if p.grad.is_sparse:
-                raise RuntimeError("FusedSGD does not support sparse gradients")
+        for p in self._params_with_grads(group):
             buf = None
             first_step = False
             if momentum != 0:
@@ -78,9 +74,7 @@ class FusedSGD(FusedOptimizer):
                     first_step = True
                     buf = torch.empty_like(p, memory_format=torch.preserve_format)
                     state["momentum_buffer"] = buf
-            slot = (p, p.grad, buf)
-            if torch.is_complex(p):
-                slot = tuple(None if t is None else torch.view_as_real(t) for t in slot)
+            slot = real_view((p, p.grad, buf))
             buckets.setdefault((slot[0].device, slot[0].dtype, first_step), []).append(slot)
 
         scalars = SGDScalars.for_group(
