@@ -29,6 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._report import command, machine, write_section  # noqa: E402
+
 N_USERS, N_ITEMS, DIM = 20_000, 10_000, 32  # (20k + 10k) x (32 + 1) + 1 ~ 0.99M parameters
 
 CONFIG = """
@@ -99,7 +101,6 @@ def main() -> int:
     os.environ["HOPTUNE_TORCH_THREADS"] = "1"
     for key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL"):
         os.environ.pop(key, None)
-    from bench._report import command, machine, write_section
     from regions import Settings, Store, ingest, load_config
     from tasks._broker import EmbeddedRedis
     from tasks._cluster import LocalCluster
@@ -138,7 +139,7 @@ def main() -> int:
 
     figures.update(parameters=parameters, rows_per_shard=rows_per_shard,
                    hops=len(hops), wall_seconds=round(wall, 2))
-    _report(figures, machine(), command(), write_section)
+    _report(figures)
     print(json.dumps(figures))
     return 0
 
@@ -168,12 +169,12 @@ def _figures(hops: list[dict]) -> dict:
     return out
 
 
-def _report(f: dict, machine: str, command: str, write_section) -> None:  # noqa: ANN001
+def _report(f: dict) -> None:
     verdict = "meets" if f["overhead_share"] <= 0.05 else "misses"
     write_section("hop_overhead", f"""
 ## Hop overhead (`bench/hop_overhead.py`)
 
-Machine: {machine}. Command: `{command}`.
+Machine: {machine()}. Command: `{command()}`.
 One trial of the rating model ({f['parameters']:,} parameters, `fused_adamw`, which runs its
 torch reference path on a CPU) hopping between
 2 real workers on the embedded Redis, SQLite study database and store folder,
