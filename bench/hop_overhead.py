@@ -102,8 +102,7 @@ def main() -> int:
     for key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL"):
         os.environ.pop(key, None)
     from regions import Settings, Store, ingest, load_config
-    from tasks._broker import EmbeddedRedis
-    from tasks._cluster import LocalCluster
+    from tasks._cluster import local_cluster
     from tasks._driver import follow, start_studies
     from tasks._runtime import Runtime
     from tasks._workflow import create_study
@@ -115,23 +114,15 @@ def main() -> int:
         region = config.region("bench")
         settings = Settings.from_env()
         manifest = ingest(region, Store(settings.store_url)).manifest
-        broker = None if settings.broker_url else EmbeddedRedis(settings.home).start()
         from tasks._app import app
 
         rt = Runtime(settings, worker="bench")
-        cluster = LocalCluster({"bench": 2}, 2, log_dir=home / "logs")
-        try:
-            cluster.start()
-            cluster.wait_ready(app)
+        with local_cluster(settings, {"bench": 2}, 2):
             study = create_study(rt, region, manifest=manifest, configs=[dict(region.params)])
             started = time.monotonic()
             start_studies(app, [study])
             follow(rt, app, [study], progress=False, timeout=1800)
             wall = time.monotonic() - started
-        finally:
-            cluster.stop()
-            if broker is not None:
-                broker.stop()
         hops = rt.db.hops(study_id=study)
         figures = _figures(hops)
     finally:

@@ -105,9 +105,3 @@ class EmbeddedRedis:
                 os.unlink(self.socket)
             except OSError:
                 pass
-
-    def __enter__(self) -> EmbeddedRedis:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -101,12 +101,6 @@ class LocalCluster:
                 p.wait()
         self.processes = []
 
-    def __enter__(self) -> LocalCluster:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 @contextmanager
 def local_cluster(settings: Settings, shards: dict[str, int], workers: int | None,

@@ -19,7 +19,7 @@ TEST_DB = 13
 
 
 def _redis_url() -> str:
-    from tasks._broker import EmbeddedRedis, ping
+    from tasks._broker import EmbeddedRedis, ping, socket_url
 
     url = os.environ.get("HOPTUNE_TEST_REDIS_URL") or f"redis://127.0.0.1:6379/{TEST_DB}"
     if ping(url):
@@ -27,7 +27,7 @@ def _redis_url() -> str:
     folder = Path(tempfile.mkdtemp(prefix="htredis-"))
     server = EmbeddedRedis(folder).start()
     atexit.register(lambda: (server.stop(), shutil.rmtree(folder, ignore_errors=True)))
-    return f"{server.url}?virtual_host={TEST_DB}"
+    return socket_url(server.socket, TEST_DB)
 
 
 # The broker is fixed before any test imports the Celery app (it reads its configuration once).
