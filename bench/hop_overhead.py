@@ -55,7 +55,7 @@ rating_range = [1.0, 5.0]
 
 
 def _write(home: Path, rows: int, epochs: int) -> Path:
-    from regions import write_ratings
+    from hoptune.regions import write_ratings
 
     data = home / "data" / "bench.csv"
     data.parent.mkdir(parents=True, exist_ok=True)
@@ -69,8 +69,9 @@ def _calibrate(home: Path, hop_seconds: float) -> tuple[int, int]:
     """Rows per shard that make one hop train for about ``hop_seconds``; and the model size."""
     import torch
 
-    from regions import Store, ingest, load_config, load_shard
-    from tasks._training import build_trial_model, make_trial_optimizer, train_pass
+    from hoptune.core import Store
+    from hoptune.regions import ingest, load_config, load_shard
+    from hoptune.tasks._training import build_trial_model, make_trial_optimizer, train_pass
 
     torch.set_num_threads(1)
     region = load_config(_write(home, 100_000, 1)).region("bench")
@@ -101,11 +102,12 @@ def main() -> int:
     os.environ["HOPTUNE_TORCH_THREADS"] = "1"
     for key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL"):
         os.environ.pop(key, None)
-    from regions import Settings, Store, ingest, load_config
-    from tasks._cluster import local_cluster
-    from tasks._driver import follow, start_studies
-    from tasks._runtime import Runtime
-    from tasks._workflow import create_study
+    from hoptune.core import Settings, Store
+    from hoptune.regions import ingest, load_config
+    from hoptune.tasks._cluster import local_cluster
+    from hoptune.tasks._driver import follow, start_studies
+    from hoptune.tasks._runtime import Runtime
+    from hoptune.tasks._workflow import create_study
 
     try:
         rows_per_shard, parameters = _calibrate(home, args.hop_seconds)
@@ -114,7 +116,7 @@ def main() -> int:
         region = config.region("bench")
         settings = Settings.from_env()
         manifest = ingest(region, Store(settings.store_url)).manifest
-        from tasks._app import app
+        from hoptune.tasks._app import app
 
         rt = Runtime(settings, worker="bench")
         with local_cluster(settings, {"bench": 2}, 2):

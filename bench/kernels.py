@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if sys.path[0] == str(Path(__file__).resolve().parent):
     sys.path[0] = str(ROOT)
 
-import kernels  # noqa: E402
 from bench._report import cpu_model, write_section  # noqa: E402
-from kernels import _dispatch  # noqa: E402
+from hoptune import kernels  # noqa: E402
+from hoptune.kernels import _dispatch  # noqa: E402
 
 TENSORS = 10  # the parameters are split into this many tensors, as a model's are
 VALUES_MOVED = 7  # per parameter and AdamW step

@@ -37,7 +37,7 @@ if sys.path[0] == str(Path(__file__).resolve().parent):
     sys.path[0] = str(ROOT)
 
 from bench._report import cpu_model, write_section  # noqa: E402
-from tuner import Space, parse_space, propose  # noqa: E402
+from hoptune.tuner import Space, parse_space, propose  # noqa: E402
 
 CHECKPOINTS = (20, 40, 60)
 BATCH = 4

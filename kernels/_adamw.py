@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
-from kernels import _dispatch, reference
-from kernels._base import FusedOptimizer, real_view
-from kernels._blocks import in_blocks
-from kernels._multi_tensor import pointer_table
-from kernels._specs import ADAMW
-from kernels.reference import AdamWScalars
+from hoptune.kernels import _dispatch, _launches, reference
+from hoptune.kernels._base import FusedOptimizer, real_view
+from hoptune.kernels._blocks import in_blocks
+from hoptune.kernels._specs import ADAMW
+from hoptune.kernels.reference import AdamWScalars
 
 __all__ = ["FusedAdamW"]
 
@@ -62,6 +59,18 @@ class FusedAdamW(FusedOptimizer):
         }
         super().__init__(params, defaults)
 
+    def __setstate__(self, state: dict) -> None:
+        """Also on loading a state_dict: step counts live on the CPU, whatever the map_location.
+
+        The step's scalars are host arithmetic; a step count on a GPU would make
+        every optimizer step wait for it.
+        """
+        super().__setstate__(state)
+        for values in self.state.values():
+            step = values.get("step")
+            if isinstance(step, torch.Tensor) and step.device.type != "cpu":
+                values["step"] = step.to("cpu", torch.float32)
+
     def _step_group(self, group: dict) -> None:
         amsgrad = bool(group["amsgrad"])
         buckets: dict[tuple[torch.device, torch.dtype, float], list[_dispatch.Slot]] = {}
@@ -94,32 +103,10 @@ class FusedAdamW(FusedOptimizer):
                 weight_decay=float(group["weight_decay"]),
                 step=step,
             )
-            kernel, fallback = _dispatch.split_by_path("FusedAdamW", device, dtype, slots)
+            kernel, fallback = _dispatch.split_by_path("FusedAdamW", device, dtype, slots, ADAMW)
             if kernel:
-                _launch(kernel, device, dtype, scalars, amsgrad, bool(group["maximize"]))
+                _launches.adamw(kernel, device, dtype, scalars, amsgrad=amsgrad,
+                                maximize=bool(group["maximize"]))
             for slot in fallback:
                 for block in in_blocks(slot):
                     reference.adamw_step_(*block, scalars, maximize=bool(group["maximize"]))
-
-
-def _launch(
-    slots: list[_dispatch.Slot],
-    device: torch.device,
-    dtype: torch.dtype,
-    scalars: AdamWScalars,
-    amsgrad: bool,
-    maximize: bool,
-) -> None:
-    roles = ("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")
-    table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)}, device)
-    if table.size == 0:
-        return
-    args = {
-        **table.rows,
-        "offsets": table.offsets,
-        "n_tensors": table.n_tensors,
-        **dataclasses.asdict(scalars),
-        "amsgrad": int(amsgrad),
-        "maximize": int(maximize),
-    }
-    _dispatch.launch(ADAMW, dtype, device, args, table.size)

@@ -8,9 +8,8 @@ from collections.abc import Iterable
 
 import torch
 
-from kernels import _dispatch, reference
-from kernels._multi_tensor import pointer_table
-from kernels._specs import SCALE
+from hoptune.kernels import _dispatch, _launches, reference
+from hoptune.kernels._specs import SCALE
 
 __all__ = ["clip_grad_norm_"]
 
@@ -65,17 +64,9 @@ def clip_grad_norm_(
     clip_coef_clamped = torch.clamp(clip_coef, max=1.0)
     for (device, dtype), slots in groups.items():
         coef = clip_coef_clamped.to(device)
-        kernel, fallback = _dispatch.split_by_path("clip_grad_norm_", device, dtype, slots)
+        kernel, fallback = _dispatch.split_by_path("clip_grad_norm_", device, dtype, slots, SCALE)
         if kernel:
-            table = pointer_table({"values": [s[0] for s in kernel]}, device)
-            if table.size:
-                args = {
-                    "values": table.rows["values"],
-                    "offsets": table.offsets,
-                    "n_tensors": table.n_tensors,
-                    "coef": coef.to(dtype).reshape(1),
-                }
-                _dispatch.launch(SCALE, dtype, device, args, table.size)
+            _launches.scale([g for (g,) in kernel], device, dtype, coef)
         for (g,) in fallback:
             reference.scale_(g, coef)
     return total_norm

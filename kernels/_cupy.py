@@ -16,9 +16,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernels._source import KernelSpec, preamble
+from hoptune.kernels._source import KernelSpec, preamble
 
-__all__ = ["elementwise_kernel", "import_cupy", "launch", "unavailable_reason"]
+__all__ = [
+    "device_names",
+    "elementwise_kernel",
+    "identity",
+    "import_cupy",
+    "kernel_arguments",
+    "launch",
+    "unavailable_reason",
+]
 
 # Without contraction into fused multiply-adds the kernels round operation for
 # operation like the torch reference; they are memory bound, so nothing is lost.
@@ -46,6 +54,45 @@ def unavailable_reason() -> str | None:
     if count == 0:
         return f"CuPy {cupy.__version__} is installed but finds no CUDA device"
     return None
+
+
+def _cuda_version(number: int) -> str:
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def identity(device: torch.device) -> dict[str, str]:
+    """What a kernel's behaviour on device depends on: the GPU's name, CuPy's and CUDA's versions.
+
+    Keys: ``device_name``, ``cupy`` and ``cuda`` (CuPy's CUDA runtime), ``torch_cuda``
+    (the CUDA torch is built for); a value that cannot be read says why.
+    """
+    out = {"device_name": str(device), "cupy": "not installed", "cuda": "unknown",
+           "torch_cuda": torch.version.cuda or "none"}
+    if device.type == "cuda":
+        out["device_name"] = torch.cuda.get_device_name(device)
+    try:
+        cupy = import_cupy()
+    except ImportError:
+        return out
+    out["cupy"] = cupy.__version__
+    try:
+        out["cuda"] = _cuda_version(cupy.cuda.runtime.runtimeGetVersion())
+    except Exception as exc:  # noqa: BLE001 - CuPy raises its own errors without a driver
+        out["cuda"] = f"unknown ({type(exc).__name__})"
+    return out
+
+
+def device_names() -> list[str] | None:
+    """The names of the CUDA devices CuPy sees, in its order; None where CuPy is not installed."""
+    try:
+        cupy = import_cupy()
+    except ImportError:
+        return None
+    names = []
+    for i in range(cupy.cuda.runtime.getDeviceCount()):
+        name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
+        names.append(name.decode() if isinstance(name, bytes) else str(name))
+    return names
 
 
 @functools.cache
@@ -78,14 +125,26 @@ def launch(
     kernel = elementwise_kernel(spec, dtype, index)
     stream = torch.cuda.current_stream(index).cuda_stream
     with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream):
-        values = []
-        for p in spec.params:
-            value = args[p.name]
-            if isinstance(value, torch.Tensor):
-                values.append(cupy.from_dlpack(value))
-            else:
-                values.append(np.dtype(p.dtype_name(dtype)).type(value))
+        values = kernel_arguments(cupy, spec, dtype, args)
         if spec.has_arrays:
             kernel(*values)
         else:
             kernel(*values, size=size)
+
+
+def kernel_arguments(
+    cupy: ModuleType, spec: KernelSpec, dtype: str, args: Mapping[str, Any]
+) -> list[Any]:
+    """The kernel's arguments in declaration order: tensors as CuPy arrays, numbers typed.
+
+    Tensors are detached before their DLPack export (torch refuses to export a
+    tensor that requires grad, such as the input of an autograd function).
+    """
+    values: list[Any] = []
+    for p in spec.params:
+        value = args[p.name]
+        if isinstance(value, torch.Tensor):
+            values.append(cupy.from_dlpack(value.detach()))
+        else:
+            values.append(np.dtype(p.dtype_name(dtype)).type(value))
+    return values

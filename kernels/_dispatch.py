@@ -1,9 +1,11 @@
 """Which path runs a kernel, and why: the CuPy kernel or the torch reference.
 
-The kernel path needs CUDA tensors of a dtype the kernels are built for and a
-CuPy that sees a device; everything else runs the torch reference of the same
+The kernel path needs CUDA tensors of a dtype the kernels are built for, a
+CuPy that sees a device, and a kernel trusted on that device: its self-test
+there agreed with the torch reference (``_trust``), unless the kernels
+setting says otherwise. Everything else runs the torch reference of the same
 formulas. Each distinct choice is logged once per process on the "kernels"
-logger, with its reason.
+logger, with its reason, and kept for the worker's info (``paths_taken``).
 """
 
 from __future__ import annotations
@@ -15,18 +17,22 @@ from typing import Any, Literal
 
 import torch
 
-from kernels import _cupy
-from kernels._source import DTYPES, KernelSpec
+from hoptune.kernels import _cupy, _launches, _trust
+from hoptune.kernels._launches import dtype_name
+from hoptune.kernels._source import DTYPES, KernelSpec
 
 __all__ = [
     "KERNEL",
     "REFERENCE",
+    "TORCH",
     "PathChoice",
     "Slot",
     "choose_path",
     "dtype_name",
+    "kernel_path",
     "launch",
     "log_once",
+    "paths_taken",
     "split_by_path",
 ]
 
@@ -34,20 +40,22 @@ logger = logging.getLogger("kernels")
 
 KERNEL: Literal["kernel"] = "kernel"
 REFERENCE: Literal["reference"] = "reference"
+#: An optimizer replaced by torch.optim's own fused one (see ``make_optimizer``).
+TORCH: Literal["torch"] = "torch"
+_WHAT = {KERNEL: "the CuPy kernel", REFERENCE: "the torch reference",
+         TORCH: "torch.optim's fused implementation"}
 
 _logged: set[tuple[str, str, str, str, str]] = set()
+# The latest choice per (owner, device, dtype), for the worker's info.
+_taken: dict[tuple[str, str, str], tuple[str, str]] = {}
 
 
 @dataclass(frozen=True)
 class PathChoice:
     """The path chosen for tensors of one device and dtype, and the reason."""
 
-    path: Literal["kernel", "reference"]
+    path: Literal["kernel", "reference", "torch"]
     reason: str
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def choose_path(device: torch.device, dtype: torch.dtype) -> PathChoice:
@@ -67,13 +75,34 @@ def choose_path(device: torch.device, dtype: torch.dtype) -> PathChoice:
     return PathChoice(KERNEL, f"CuPy kernel on {device}")
 
 
+def kernel_path(spec: KernelSpec, device: torch.device, dtype: torch.dtype) -> PathChoice:
+    """The path of spec on device for dtype: ``choose_path``, then, on a CUDA device, trust.
+
+    On a CUDA device the kernel path is taken only where the kernels setting
+    allows it and spec's self-test there passed (``_trust.trust``); with the
+    setting ``cupy``, a kernel that cannot run there is an error instead.
+    """
+    choice = choose_path(device, dtype)
+    if device.type != "cuda":
+        return choice
+    if choice.path == REFERENCE:
+        if dtype_name(dtype) in DTYPES:
+            _trust.require_kernels(spec, device, choice.reason)
+        return choice
+    trusted = _trust.trust(spec, device)
+    if trusted.kernel:
+        return PathChoice(KERNEL, f"{choice.reason}, {trusted.reason}")
+    return PathChoice(REFERENCE, trusted.reason)
+
+
 def log_once(owner: str, device: torch.device, dtype: torch.dtype, choice: PathChoice) -> None:
     """Log choice for (owner, device, dtype) unless this process already has."""
     key = (owner, str(device), dtype_name(dtype), choice.path, choice.reason)
     if key in _logged:
         return
     _logged.add(key)
-    what = "the CuPy kernel" if choice.path == KERNEL else "the torch reference"
+    _taken[key[:3]] = (choice.path, choice.reason)
+    what = _WHAT[choice.path]
     logger.info(
         "%s on %s %s runs %s: %s", owner, device, dtype_name(dtype), what, choice.reason
     )
@@ -87,25 +116,29 @@ def launch(
     size: int,
 ) -> None:
     """Run spec with args (one per parameter, by name) on the kernel path."""
-    names = [p.name for p in spec.params]
-    if sorted(args) != sorted(names):
-        raise TypeError(f"{spec.name}: expected arguments {names}, got {sorted(args)}")
-    _cupy.launch(spec, dtype_name(dtype), device, args, size)
+    _launches.run(spec, dtype, device, args, size)
+
+
+def paths_taken() -> list[dict[str, str]]:
+    """Every path this process chose so far: owner, device, dtype, path and reason."""
+    return [{"owner": owner, "device": device, "dtype": dtype, "path": path, "reason": reason}
+            for (owner, device, dtype), (path, reason) in sorted(_taken.items())]
 
 
 Slot = tuple[torch.Tensor | None, ...]
 
 
 def split_by_path(
-    owner: str, device: torch.device, dtype: torch.dtype, slots: list[Slot]
+    owner: str, device: torch.device, dtype: torch.dtype, slots: list[Slot], spec: KernelSpec
 ) -> tuple[list[Slot], list[Slot]]:
     """Split slots (the tensors of one element-wise update each) into kernel and reference.
 
-    All slots share device and dtype. On the kernel path a slot still goes to
-    the reference if one of its tensors is not contiguous or has another dtype
-    or device, since the kernels address memory directly.
+    All slots share device and dtype; spec is the kernel they would run. On the
+    kernel path a slot still goes to the reference if one of its tensors is not
+    contiguous or has another dtype or device, since the kernels address memory
+    directly.
     """
-    choice = choose_path(device, dtype)
+    choice = kernel_path(spec, device, dtype)
     log_once(owner, device, dtype, choice)
     if choice.path == REFERENCE:
         return [], slots

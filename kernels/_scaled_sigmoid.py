@@ -7,8 +7,9 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
-from kernels import _dispatch, reference
-from kernels._specs import SCALED_SIGMOID, SCALED_SIGMOID_GRAD
+from hoptune.kernels import _dispatch, _launches, reference
+from hoptune.kernels._source import KernelSpec
+from hoptune.kernels._specs import SCALED_SIGMOID, SCALED_SIGMOID_GRAD
 
 __all__ = ["ScaledSigmoid", "scaled_sigmoid"]
 
@@ -20,25 +21,17 @@ class ScaledSigmoid(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
         ctx.save_for_backward(x)
         ctx.scale = scale
-        if _use_kernel(x):
-            x = x.contiguous()
-            y = torch.empty_like(x)
-            _dispatch.launch(
-                SCALED_SIGMOID, x.dtype, x.device, {"x": x, "scale": scale, "y": y}, x.numel()
-            )
-            return y
+        if _use_kernel(x, SCALED_SIGMOID):
+            return _launches.scaled_sigmoid(x.contiguous(), scale)
         return reference.scaled_sigmoid(x, scale)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:
         (x,) = ctx.saved_tensors
-        if _use_kernel(x) and grad_out.dtype == x.dtype:
-            x = x.contiguous()
-            grad_out = grad_out.contiguous()
-            grad_x = torch.empty_like(x)
-            args = {"x": x, "grad_out": grad_out, "scale": ctx.scale, "grad_x": grad_x}
-            _dispatch.launch(SCALED_SIGMOID_GRAD, x.dtype, x.device, args, x.numel())
+        if _use_kernel(x, SCALED_SIGMOID_GRAD) and grad_out.dtype == x.dtype:
+            grad_x = _launches.scaled_sigmoid_grad(x.contiguous(), grad_out.contiguous(),
+                                                   ctx.scale)
             return grad_x, None
         return reference.scaled_sigmoid_grad(x, grad_out, ctx.scale), None
 
@@ -56,7 +49,7 @@ def scaled_sigmoid(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     return ScaledSigmoid.apply(x, float(scale))
 
 
-def _use_kernel(x: torch.Tensor) -> bool:
-    choice = _dispatch.choose_path(x.device, x.dtype)
+def _use_kernel(x: torch.Tensor, spec: KernelSpec) -> bool:
+    choice = _dispatch.kernel_path(spec, x.device, x.dtype)
     _dispatch.log_once("scaled_sigmoid", x.device, x.dtype, choice)
     return choice.path == _dispatch.KERNEL and x.numel() > 0

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
-from kernels import _dispatch, reference
-from kernels._base import FusedOptimizer, real_view
-from kernels._blocks import in_blocks
-from kernels._multi_tensor import pointer_table
-from kernels._specs import SGD
-from kernels.reference import SGDScalars
+from hoptune.kernels import _dispatch, _launches, reference
+from hoptune.kernels._base import FusedOptimizer, real_view
+from hoptune.kernels._blocks import in_blocks
+from hoptune.kernels._specs import SGD
+from hoptune.kernels.reference import SGDScalars
 
 __all__ = ["FusedSGD"]
 
@@ -86,37 +83,13 @@ class FusedSGD(FusedOptimizer):
         nesterov = bool(group["nesterov"])
         maximize = bool(group["maximize"])
         for (device, dtype, first_step), slots in buckets.items():
-            kernel, fallback = _dispatch.split_by_path("FusedSGD", device, dtype, slots)
+            kernel, fallback = _dispatch.split_by_path("FusedSGD", device, dtype, slots, SGD)
             if kernel:
-                _launch(kernel, device, dtype, scalars, nesterov, first_step, maximize)
+                _launches.sgd(kernel, device, dtype, scalars, nesterov=nesterov,
+                              first_step=first_step, maximize=maximize)
             for slot in fallback:
                 for p, grad, buf in in_blocks(slot):
                     reference.sgd_step_(
                         p, grad, buf, scalars, nesterov=nesterov, first_step=first_step,
                         maximize=maximize,
                     )
-
-
-def _launch(
-    slots: list[_dispatch.Slot],
-    device: torch.device,
-    dtype: torch.dtype,
-    scalars: SGDScalars,
-    nesterov: bool,
-    first_step: bool,
-    maximize: bool,
-) -> None:
-    roles = ("params", "grads", "momentum_buffers")
-    table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)}, device)
-    if table.size == 0:
-        return
-    args = {
-        **table.rows,
-        "offsets": table.offsets,
-        "n_tensors": table.n_tensors,
-        **dataclasses.asdict(scalars),
-        "nesterov": int(nesterov),
-        "first_step": int(first_step),
-        "maximize": int(maximize),
-    }
-    _dispatch.launch(SGD, dtype, device, args, table.size)

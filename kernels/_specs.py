@@ -8,7 +8,7 @@ tensor of one dtype and device in place.
 
 from __future__ import annotations
 
-from kernels._source import KernelSpec, Param
+from hoptune.kernels._source import KernelSpec, Param
 
 __all__ = ["ADAMW", "ALL", "SCALE", "SCALED_SIGMOID", "SCALED_SIGMOID_GRAD", "SGD"]
 

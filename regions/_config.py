@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from regions._errors import ConfigError
-from regions._schema import EXPECT, TAGS, Defaults, RegionConfig, Schedule, quote
+from hoptune.core import ConfigError
+from hoptune.regions._schema import EXPECT, TAGS, Defaults, RegionConfig, Schedule, quote
 
 __all__ = ["Config", "load_config", "display_path"]
 

@@ -19,9 +19,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from regions._config import display_path
-from regions._errors import DataError
-from regions._schema import RatingColumns, RegionConfig
+from hoptune.core import DataError
+from hoptune.regions._config import display_path
+from hoptune.regions._schema import RatingColumns, RegionConfig
 
 __all__ = ["read_table"]
 

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from regions._errors import ConfigError
-from regions._models import ACTIVATIONS, RatingMF, TabularMLP
-from regions._schema import RegionConfig
+from hoptune.core import ConfigError
+from hoptune.regions._models import ACTIVATIONS, RatingMF, TabularMLP
+from hoptune.regions._schema import RegionConfig
 
 __all__ = ["Family", "OPTIMIZER_PARAMS", "get_family"]
 
@@ -91,14 +91,18 @@ class Family(ABC):
         return loss + regularization(batch) if regularization is not None else loss
 
     def evaluate(self, model: nn.Module, data: dict[str, torch.Tensor]) -> float:
-        """The metric over all of ``data``, in eval mode and without gradients."""
+        """The metric over all of ``data``, in eval mode and without gradients.
+
+        Computed where the model and data are, summed there in float64, and read
+        once at the end (a GPU is not waited for chunk by chunk).
+        """
         target = data[self._target]
         rows = len(target)
         if rows == 0:
             raise ValueError("cannot evaluate on empty data")
         was_training = model.training
         model.eval()
-        total = 0.0
+        total = torch.zeros((), dtype=torch.float64, device=target.device)
         try:
             with torch.no_grad():
                 for start in range(0, rows, _EVAL_CHUNK):
@@ -106,12 +110,13 @@ class Family(ABC):
                     output = model(chunk)
                     if self.task == "classification":
                         hits = output.argmax(dim=-1) == chunk[self._target]
-                        total += hits.sum().item()
+                        total += hits.sum()
                     else:
-                        total += (output - chunk[self._target]).double().pow(2).sum().item()
+                        total += (output - chunk[self._target]).double().pow(2).sum()
         finally:
             model.train(was_training)
-        return total / rows if self.task == "classification" else (total / rows) ** 0.5
+        value = float(total)
+        return value / rows if self.task == "classification" else (value / rows) ** 0.5
 
     @abstractmethod
     def _build(self, params: dict[str, Any], meta: Mapping[str, Any]) -> nn.Module:

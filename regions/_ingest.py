@@ -28,12 +28,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from regions._config import display_path
-from regions._data import read_table
-from regions._errors import DataError, StoreError
-from regions._schema import RatingColumns, RegionConfig
-from regions._shards import split_rows, validation_size
-from regions._store import Store
+from hoptune.core import DataError, Store, StoreError
+from hoptune.regions._config import display_path
+from hoptune.regions._data import read_table
+from hoptune.regions._schema import RatingColumns, RegionConfig
+from hoptune.regions._shards import split_rows, validation_size
 
 __all__ = ["IngestResult", "ingest", "manifest_key", "read_manifest", "load_id_maps"]
 

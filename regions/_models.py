@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-import kernels
+from hoptune import kernels
 
 __all__ = ["ACTIVATIONS", "RatingMF", "TabularMLP"]
 

@@ -17,8 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from regions._errors import StoreError
-from regions._store import Store
+from hoptune.core import Store, StoreError
 
 __all__ = ["iter_batches", "load_shard", "load_validation"]
 
@@ -44,7 +43,9 @@ def iter_batches(
     """One pass over ``data`` in an order drawn from ``generator`` (``torch.randperm``).
 
     The same data, batch size and generator state give the same batches; the last
-    batch holds the remainder and may be smaller.
+    batch holds the remainder and may be smaller. The order is drawn on the CPU
+    (the same on every device) and copied to the data's device once, so each
+    batch is gathered where the data lives, with no copy from the host per batch.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -52,7 +53,8 @@ def iter_batches(
     if len(sizes) != 1:
         raise ValueError(f"tensors of different lengths: {sorted(sizes)}")
     (rows,) = sizes
-    order = torch.randperm(rows, generator=generator)
+    device = next(iter(data.values())).device
+    order = torch.randperm(rows, generator=generator).to(device)
     for start in range(0, rows, batch_size):
         chosen = order[start : start + batch_size]
         yield {name: tensor[chosen] for name, tensor in data.items()}

@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import worker_process_init
-from sqlalchemy.exc import InterfaceError, OperationalError
+from celery.signals import worker_process_init, worker_process_shutdown
 
-from tasks._hop import Dispatch, HopReport, run_hop
-from tasks._nightly import start_nightly
-from tasks._promotion import promote_study
-from tasks._runtime import parse_shard_spec, runtime
-from tasks._sweeper import sweep
-from tasks._workflow import tune_step
+from hoptune.tasks._dead_letter import push_dead_letter
+from hoptune.tasks._failures import TRANSIENT
+from hoptune.tasks._hop import HopReport, run_hop
+from hoptune.tasks._liveness import Heartbeat
+from hoptune.tasks._messages import BadMessage, Dispatch, parse_hop
+from hoptune.tasks._nightly import start_nightly
+from hoptune.tasks._promotion import promote_study
+from hoptune.tasks._runtime import parse_shard_spec, runtime
+from hoptune.tasks._sweeper import sweep
+from hoptune.tasks._workers import WorkerInfoStep, publish_worker_info
+from hoptune.tasks._workflow import hand_on, tune_step
 
 __all__ = ["app", "send"]
 
 log = logging.getLogger(__name__)
 
 app = Celery("hoptune")
-app.config_from_object("tasks.celeryconfig")
+app.config_from_object("hoptune.tasks.celeryconfig")
+app.steps["worker"].add(WorkerInfoStep)
 
 
 def send(dispatches: list[Dispatch], celery_app: Celery | None = None) -> None:
@@ -32,25 +38,46 @@ def send(dispatches: list[Dispatch], celery_app: Celery | None = None) -> None:
         target.send_task(d.task, kwargs=d.kwargs, queue=d.queue)
 
 
-# Errors worth another try: the study database or the broker was briefly unreachable.
-TRANSIENT = (OperationalError, InterfaceError, ConnectionError, TimeoutError)
-
-
 @app.task(name="hoptune.hop", bind=True, acks_late=True, reject_on_worker_lost=True,
           autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60, max_retries=10)
-def hop(self: Task, *, region: str, study: int, trial: int, epoch: int, position: int,
-        shard: int) -> dict[str, Any]:
-    """Train trial ``trial`` once over shard ``shard`` of ``region``, then hand on."""
+def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Train a trial once over one shard of its region, then hand on."""
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    try:
+        if args:
+            raise BadMessage(f"hop takes keyword arguments only, got {len(args)} positional")
+        message = parse_hop(kwargs, queue)
+    except BadMessage as exc:
+        set_aside(self.app, queue or "?", str(exc), json.dumps([args, kwargs], default=repr))
+        return {"trained": False, "skipped": f"set aside: {exc}"}
+
+    rt = runtime()
 
     def progress(report: HopReport) -> None:
-        self.send_event("task-progress", region=region, study=study, trial=trial, epoch=epoch,
-                        shard=report.shard, loss=report.loss, samples=report.samples,
+        info = publish_worker_info(rt)  # a kernel's path may have changed in this hop
+        self.send_event("task-progress", region=message.region, study=message.study,
+                        trial=message.trial, epoch=message.epoch, shard=report.shard,
+                        loss=report.loss, samples=report.samples,
                         samples_per_s=report.samples / report.train_seconds
-                        if report.train_seconds else None)
+                        if report.train_seconds else None,
+                        device=info["device_name"], kernels=info["kernel_summary"])
 
-    report = run_hop(runtime(), int(trial), int(epoch), int(position), on_progress=progress)
-    send(report.dispatch, self.app)
+    report = run_hop(rt, message.trial, message.epoch, message.position, on_progress=progress)
+    send(hand_on(rt, report), self.app)
+    if report.retry:  # failed once with an error that may not repeat: once more, later
+        raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
     return {"trained": report.trained, "loss": report.loss, "skipped": report.skipped}
+
+
+#: The pause before a hop whose delivery failed once is tried again.
+RETRY_SECONDS = 2.0
+
+
+def set_aside(celery_app: Celery, queue: str, reason: str, body: str) -> None:
+    """Log a message no worker may act on, once, and keep it in the dead-letter list."""
+    log.error("message on queue %s set aside: %s", queue, reason)
+    with celery_app.connection_for_write() as conn:
+        push_dead_letter(conn.default_channel.client, queue, reason, body)
 
 
 @app.task(name="hoptune.tune_step", bind=True, acks_late=True, autoretry_for=TRANSIENT,
@@ -72,7 +99,8 @@ def promote_task(self: Task, *, study: int) -> dict[str, Any]:
 @app.task(name="hoptune.nightly", bind=True, acks_late=True)
 def nightly_task(self: Task, *, regions: list[str] | None = None) -> int | None:
     """The scheduled nightly run: re-ingest, tune warm, promote, for every region."""
-    from regions import StudyError, load_config
+    from hoptune.core import StudyError
+    from hoptune.regions import load_config
 
     rt = runtime()
     try:
@@ -86,22 +114,41 @@ def nightly_task(self: Task, *, regions: list[str] | None = None) -> int | None:
 
 
 @app.task(name="hoptune.sweep", bind=True, acks_late=True)
-def sweep_task(self: Task, *, stall_seconds: float | None = None) -> int:
-    """Re-send the work of trials whose progress stalled."""
-    dispatches = sweep(runtime(), stall_seconds)
+def sweep_task(self: Task) -> int:
+    """Send again whatever work a fault may have lost (see ``_sweeper``)."""
+    dispatches = sweep(runtime(), self.app)
     send(dispatches, self.app)
     return len(dispatches)
 
 
 @worker_process_init.connect
-def _preload_shards(**_: Any) -> None:
-    """Load the shards this worker owns into memory before its first hop."""
+def _start_training_process(**_: Any) -> None:
+    """Set up the worker's device and load the shards it owns onto it, before its first hop."""
     import torch
+
+    from hoptune import kernels
 
     torch.set_num_threads(int(os.environ.get("HOPTUNE_TORCH_THREADS", "1")))
     # torch loads its compiler stack (about a second) on the first optimizer of a process:
     # pay for it at start rather than in the first hop
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    rt = runtime()
+    kernels.configure(cache_dir=rt.settings.cache_dir)
+    log.info("worker %s trains on %s (kernels: %s)", rt.worker, rt.device, kernels.mode())
     spec = os.environ.get("HOPTUNE_WORKER_SHARDS")
-    if spec:
-        runtime().preload(parse_shard_spec(spec))
+    shards = parse_shard_spec(spec) if spec else []
+    global _heartbeat
+    _heartbeat = Heartbeat(rt, shards, sweep=lambda: send(sweep(rt, app), app)).start()
+    if shards:
+        rt.preload(shards)
+    publish_worker_info(rt)
+
+
+_heartbeat: Heartbeat | None = None
+
+
+@worker_process_shutdown.connect
+def _retire(**_: Any) -> None:
+    """A worker process that stops cleanly leaves no hop waiting on its heartbeat."""
+    if _heartbeat is not None:
+        _heartbeat.stop()

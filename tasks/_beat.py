@@ -12,8 +12,9 @@ from typing import Any
 
 from celery.schedules import crontab
 
-from regions import Config, ConfigError
-from tasks._hop import CONTROL_QUEUE
+from hoptune.core import ConfigError
+from hoptune.regions import Config
+from hoptune.tasks._messages import CONTROL_QUEUE
 
 __all__ = ["beat_schedule", "nightly_crontab", "SWEEP_EVERY"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from regions import StoreError
+from hoptune.core import StoreError
 
 __all__ = ["EmbeddedRedis", "socket_url", "ping"]
 

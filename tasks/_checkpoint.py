@@ -4,20 +4,29 @@ Keyed by (study, trial, epoch, position in the visit order), so a hop knows
 before it trains whether its output already exists. Serialised with
 ``torch.save`` into bytes and written to the store atomically; loaded with
 ``weights_only=True`` (tensors and plain containers only, never pickled code).
+
+Each checkpoint ends with a checksum of the bytes before it (``HTCK`` and a
+SHA-256): a truncated or damaged file is found when it is read, and raises
+``CheckpointError`` naming it, instead of a confusing error from deep inside
+``torch.load``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
-from regions import Store
+from hoptune.core import CheckpointError, Store, StoreError
 
 __all__ = ["Checkpoint", "checkpoint_key", "previous_position", "save_checkpoint",
-           "load_checkpoint"]
+           "load_checkpoint", "set_aside", "keep_final"]
+
+_TRAILER = b"HTCK"
+_DIGEST = hashlib.sha256().digest_size
 
 
 def checkpoint_key(study_id: int, trial_id: int, epoch: int, position: int) -> str:
@@ -53,10 +62,76 @@ def save_checkpoint(store: Store, key: str, checkpoint: Checkpoint) -> None:
         "samples": checkpoint.samples,
         "loss": checkpoint.loss,
     }
-    store.write_with(key, lambda fh: torch.save(payload, fh))
+    store.write_with(key, lambda fh: _write_summed(fh, payload))
 
 
-def load_checkpoint(store: Store, key: str) -> Checkpoint:
-    raw = torch.load(io.BytesIO(store.read_bytes(key)), map_location="cpu", weights_only=True)
+class _Summing(io.RawIOBase):
+    """A write-only stream that hashes what passes through it to ``out``."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out, self.sha = out, hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.sha.update(data)
+        return self.out.write(data)
+
+
+def _write_summed(fh: BinaryIO, payload: dict[str, Any]) -> None:
+    summing = _Summing(fh)
+    torch.save(payload, summing)
+    fh.write(_TRAILER + summing.sha.digest())
+
+
+def load_checkpoint(store: Store, key: str, device: torch.device | None = None) -> Checkpoint:
+    """Read and check a checkpoint, its tensors loaded straight onto ``device`` (default: CPU).
+
+    Wherever it was saved from: a GPU worker's checkpoint loads on a CPU and back.
+    ``CheckpointError`` if it is missing or damaged.
+    """
+    try:
+        data = store.read_bytes(key)
+    except StoreError:
+        raise CheckpointError(key, "it does not exist") from None
+    body, trailer = data[: -len(_TRAILER) - _DIGEST], data[-len(_TRAILER) - _DIGEST:]
+    summed = trailer[: len(_TRAILER)] == _TRAILER
+    if summed and hashlib.sha256(body).digest() != trailer[len(_TRAILER):]:
+        raise CheckpointError(key, "its checksum does not match its bytes")
+    try:
+        # a checkpoint written before checksums is read whole; torch.load still checks it
+        raw = torch.load(io.BytesIO(body if summed else data),
+                         map_location=device or torch.device("cpu"), weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any failure to unpickle means unreadable
+        reason = "" if summed else f"no checksum at its end ({len(data)} bytes: truncated?); "
+        raise CheckpointError(key, f"{reason}{type(exc).__name__}: "
+                                   f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
     return Checkpoint(model=raw["model"], optimizer=raw["optimizer"], rng=raw["rng"],
                       samples=int(raw["samples"]), loss=float(raw["loss"]))
+
+
+def set_aside(store: Store, key: str, stamp: str) -> str:
+    """Move an unreadable checkpoint out of the way (kept for a look); returns its new key."""
+    aside = f"{key}.unreadable-{stamp}"
+    try:
+        store.write_bytes(aside, store.read_bytes(key))
+        store.delete(key)
+    except StoreError:
+        pass  # already gone: nothing to keep
+    return aside
+
+
+def keep_final(store: Store, study_id: int, trial_id: int, epoch: int | None,
+               shards: int) -> None:
+    """An ended trial keeps only its final weights (epoch ``epoch``'s last hop), if any.
+
+    Promotion and the report read nothing else, and replaying a trial needs
+    no checkpoint at all (it retrains from its seed in its recorded visit
+    order). Checkpoints set aside as unreadable stay for an operator to see.
+    """
+    keep = checkpoint_key(study_id, trial_id, epoch, shards - 1) if epoch is not None else None
+    prefix = checkpoint_key(study_id, trial_id, 0, 0).rsplit("/", 1)[0]
+    for key in store.list(prefix):
+        if key != keep and ".unreadable-" not in key:
+            store.delete(key)

@@ -2,7 +2,9 @@
 
 ``hoptune up`` and ``hoptune demo`` use it. Each worker is a real
 ``hoptune worker`` process (a Celery worker) that owns some shards and
-consumes exactly their queues plus the control queue.
+consumes exactly their queues plus the control queue. By default there is one
+worker per visible GPU, each training on its own GPU; on a host without GPUs,
+two workers on the CPU.
 """
 
 from __future__ import annotations
@@ -17,9 +19,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from regions import Settings, StoreError
+from hoptune.core import Settings, StoreError
+from hoptune.tasks._device import local_devices, visible_gpus
 
-__all__ = ["assign_shards", "LocalCluster", "local_cluster", "worker_command"]
+__all__ = ["AUTO_WORKERS", "assign_shards", "default_workers", "LocalCluster", "local_cluster",
+           "worker_command"]
+
+#: ``workers`` meaning "the default": one per visible GPU, or 2 without GPUs.
+AUTO_WORKERS = 0
+
+
+def default_workers(gpus: int | None = None) -> int:
+    """How many local workers to start by default: one per visible GPU, else 2."""
+    gpus = visible_gpus() if gpus is None else gpus
+    return gpus or 2
 
 
 def assign_shards(shards: dict[str, int], workers: int) -> list[list[tuple[str, int]]]:
@@ -37,19 +50,30 @@ def assign_shards(shards: dict[str, int], workers: int) -> list[list[tuple[str, 
     return out
 
 
-def worker_command(owned: list[tuple[str, int]], name: str, loglevel: str = "WARNING"
-                   ) -> list[str]:
+def worker_command(owned: list[tuple[str, int]], name: str, loglevel: str = "WARNING",
+                   device: str | None = None) -> list[str]:
+    """The command of one local worker process (on ``device``, or the worker's default).
+
+    ``-P`` keeps the current folder off ``sys.path``, so a user's own module
+    named like one of hoptune's (a Celery project's ``tasks.py``) is never imported.
+    """
     spec = ",".join(f"{r}:{k}" for r, k in owned)
-    return [sys.executable, "-m", "tasks.cli", "worker", "--shards", spec, "--name", name,
-            "--loglevel", loglevel]
+    command = [sys.executable, "-P", "-m", "hoptune.tasks.cli", "worker", "--shards", spec,
+               "--name", name, "--loglevel", loglevel]
+    return command + (["--device", device] if device else [])
 
 
 class LocalCluster:
-    """N local worker processes; a context manager that stops them on exit."""
+    """N local worker processes; a context manager that stops them on exit.
+
+    Worker i trains on ``devices[i]``; by default the visible GPUs in turn, or the CPU.
+    """
 
     def __init__(self, shards: dict[str, int], workers: int, *, env: dict[str, str] | None = None,
-                 log_dir: Path | None = None, loglevel: str = "WARNING") -> None:
+                 log_dir: Path | None = None, loglevel: str = "WARNING",
+                 devices: list[str] | None = None) -> None:
         self.assignment = assign_shards(shards, workers)
+        self.devices = devices or local_devices(workers, visible_gpus())
         self.env = {**os.environ, **(env or {})}
         self.log_dir = log_dir
         self.loglevel = loglevel
@@ -58,7 +82,7 @@ class LocalCluster:
         self.names = [f"w{i}@{host}" for i in range(workers)]
 
     def start(self) -> LocalCluster:
-        for name, owned in zip(self.names, self.assignment, strict=True):
+        for name, owned, device in zip(self.names, self.assignment, self.devices, strict=True):
             if not owned:
                 continue
             out = subprocess.DEVNULL
@@ -66,7 +90,7 @@ class LocalCluster:
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 out = open(self.log_dir / f"{name.split('@')[0]}.log", "ab")  # noqa: SIM115
             self.processes.append(subprocess.Popen(
-                worker_command(owned, name, self.loglevel), env=self.env, stdout=out,
+                worker_command(owned, name, self.loglevel, device), env=self.env, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True))
         return self
 
@@ -104,19 +128,24 @@ class LocalCluster:
 
 @contextmanager
 def local_cluster(settings: Settings, shards: dict[str, int], workers: int | None,
-                  loglevel: str = "WARNING") -> Iterator[LocalCluster | None]:
+                  loglevel: str = "WARNING", devices: list[str] | None = None
+                  ) -> Iterator[LocalCluster | None]:
     """The embedded Redis (unless ``HOPTUNE_BROKER_URL`` is set) and ``workers`` local workers.
 
     With ``workers`` None nothing is started: the workers are elsewhere.
+    ``AUTO_WORKERS`` starts ``default_workers()``. ``devices``: one per worker
+    (default: the visible GPUs in turn, or the CPU).
     """
     if workers is None:
         yield None
         return
-    from tasks._app import app
-    from tasks._broker import EmbeddedRedis
+    workers = workers or default_workers()
+    from hoptune.tasks._app import app
+    from hoptune.tasks._broker import EmbeddedRedis
 
     broker = None if settings.broker_url else EmbeddedRedis(settings.home).start()
-    cluster = LocalCluster(shards, workers, log_dir=settings.home / "logs", loglevel=loglevel)
+    cluster = LocalCluster(shards, workers, log_dir=settings.home / "logs", loglevel=loglevel,
+                           devices=devices)
     try:
         cluster.start()
         cluster.wait_ready(app)

@@ -1,4 +1,4 @@
-"""``hoptune demo``: three synthetic regions trained by hopping across two local workers.
+"""``hoptune demo``: three synthetic regions trained by hopping across local workers.
 
 Everything runs for real on one machine: the embedded Redis (or
 ``HOPTUNE_BROKER_URL``), ``hoptune worker`` processes owning the shards, the
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import time
 
-from regions import Settings, Store, ingest, load_config, write_demo
-from tasks._cluster import local_cluster
-from tasks._driver import follow, format_table, start_studies, study_table
-from tasks._runtime import Runtime
-from tasks._workflow import create_study
+from hoptune.core import Settings, Store
+from hoptune.regions import ingest, load_config, write_demo
+from hoptune.tasks._cluster import local_cluster
+from hoptune.tasks._driver import follow, format_table, start_studies, study_table
+from hoptune.tasks._runtime import Runtime
+from hoptune.tasks._workers import describe_workers
+from hoptune.tasks._workflow import create_study
 
 __all__ = ["run_demo", "DEMO_CONFIGS"]
 
@@ -28,16 +30,19 @@ DEMO_CONFIGS = [
 ]
 
 
-def run_demo(settings: Settings, *, workers: int = 2, trials: int = 8, epochs: int = 3,
+def run_demo(settings: Settings, *, workers: int = 0, trials: int = 8, epochs: int = 3,
              parallel: int = 2, fixed: bool = False, progress: bool = True) -> int:
-    """Tune each demo region (or train ``DEMO_CONFIGS`` with ``fixed``); print every trial."""
+    """Tune each demo region (or train ``DEMO_CONFIGS`` with ``fixed``); print every trial.
+
+    ``workers`` 0: one per visible GPU, or 2. Ends with the device each worker trained on.
+    """
     started = time.monotonic()
     config = load_config(write_demo(settings.home / "demo"))
     store = Store(settings.store_url)
     manifests = {}
     for region in config.regions.values():
         manifests[region.name] = ingest(region, store).manifest
-    from tasks._app import app
+    from hoptune.tasks._app import app
 
     rt = Runtime(settings, worker="demo")
     with local_cluster(settings, {r.name: r.shards for r in config.regions.values()}, workers):
@@ -50,6 +55,7 @@ def run_demo(settings: Settings, *, workers: int = 2, trials: int = 8, epochs: i
         ]
         start_studies(app, study_ids)
         follow(rt, app, study_ids, progress=progress)
+        workers = describe_workers(app)
     rows = [row for s in study_ids for row in study_table(rt, s)]
     print(format_table(rows, ["region", "trial", "state", "params", "metric", "epochs", "hops",
                               "seconds"]))
@@ -59,6 +65,9 @@ def run_demo(settings: Settings, *, workers: int = 2, trials: int = 8, epochs: i
             best = rt.db.trial(study["best_trial_id"])
             print(f"{study['region']}: best trial {best['number']}, validation RMSE "
                   f"{best['last_metric']:.4f}")
+    for worker in workers:
+        print(f"{worker['worker']} trained {worker['hops']} hops on {worker['device']} "
+              f"(kernels: {worker['kernels']})")
     failed = [r for r in rows if r["state"] == "failed"]
     print(f"{len(rows)} trials in {len(study_ids)} regions, {time.monotonic() - started:.0f} s"
           + (f"; {len(failed)} failed" if failed else ""))

@@ -14,17 +14,22 @@ from typing import Any
 
 from celery import Celery
 
-from tasks._hop import tune_step_dispatch
-from tasks._runtime import Runtime
-from tasks._sweeper import sweep
+from hoptune.tasks._messages import tune_step_dispatch
+from hoptune.tasks._runtime import Runtime
+from hoptune.tasks._sweeper import sweep
 
-__all__ = ["start_studies", "follow", "study_table", "format_table"]
+__all__ = ["start_studies", "follow", "settled", "study_table", "format_table", "outcome"]
 
 
 def start_studies(app: Celery, study_ids: list[int]) -> None:
-    from tasks._app import send
+    from hoptune.tasks._app import send
 
     send([tune_step_dispatch(s) for s in study_ids], app)
+
+
+def settled(study: dict[str, Any]) -> bool:
+    """Whether a study has ended and what promoting it decided is recorded."""
+    return study["state"] != "running" and study["promotion"] is not None
 
 
 def total_hops(study: dict[str, Any]) -> int:
@@ -52,16 +57,18 @@ def summary(rt: Runtime, study_ids: list[int]) -> str:
 
 
 def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = True,
-           sweep_every: float = 30.0, stall_seconds: float | None = None,
+           sweep_every: float = 30.0,
            timeout: float | None = None) -> None:
-    """Wait until every study has ended, with a progress bar over their hops.
+    """Wait until every study has ended and its promotion is decided, with a progress bar.
 
-    Sends the sweeper's messages every ``sweep_every`` seconds, so a lost
-    message costs a stall rather than the study.
+    A study's promotion follows its end in another task; a command that
+    returned before it (and stopped its local workers) left the region
+    without its champion. Sends the sweeper's messages every ``sweep_every``
+    seconds, so a lost message costs a stall rather than the study.
     """
     from tqdm import tqdm
 
-    from tasks._app import send
+    from hoptune.tasks._app import send
 
     studies = [rt.db.study(s) for s in study_ids]
     bar = tqdm(total=sum(total_hops(s) for s in studies), unit="hop", disable=not progress,
@@ -70,7 +77,7 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
     started = time.monotonic()
     try:
         while True:
-            ended = all(rt.db.study(s)["state"] != "running" for s in study_ids)
+            ended = all(settled(rt.db.study(s)) for s in study_ids)
             bar.n = bar.total if ended else sum(rt.db.hops_done(s) for s in study_ids)
             if progress:
                 bar.set_postfix_str(summary(rt, study_ids), refresh=False)
@@ -78,7 +85,7 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
             if ended:
                 return
             if time.monotonic() - last_sweep > sweep_every:
-                send(sweep(rt, stall_seconds), app)
+                send(sweep(rt, app), app)
                 last_sweep = time.monotonic()
             if timeout is not None and time.monotonic() - started > timeout:
                 raise TimeoutError(f"studies {study_ids} still running after {timeout:.0f} s")
@@ -122,3 +129,23 @@ def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
              for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def outcome(rt: Runtime, study_id: int) -> tuple[int, list[str]]:
+    """The exit status a driver reports for a settled study, and the lines that say why.
+
+    0: the study spent its budget and its promotion was decided; 1: a trial or
+    the promotion failed (each reason is a line: the unreadable checkpoint, the
+    factory's exception).
+    """
+    study = rt.db.study(study_id)
+    lines = []
+    if study["state"] != "done":
+        lines.append(f"study {study_id} {study['state']}: {study['failure'] or 'not finished'}")
+    promotion = study["promotion"] or {}
+    if promotion.get("failed"):
+        lines.append(f"promotion failed: {promotion['reason']}")
+    # the trials' own reasons last, where a user's eye lands: the file, the exception
+    lines += [f"trial {t['number']} failed: {t['failure']}" for t in rt.db.trials(study_id)
+              if t["state"] == "failed"]
+    return (1 if lines else 0), lines

@@ -1,6 +1,6 @@
 """``hoptune flower``: Flower for hoptune's Celery app, behind HTTP basic auth.
 
-Runs Flower in this process, as ``celery -A tasks flower`` would. The
+Runs Flower in this process, as ``celery -A hoptune.tasks flower`` would. The
 credentials come from ``HOPTUNE_FLOWER_USER`` and ``HOPTUNE_FLOWER_PASSWORD``
 and reach Flower through its ``FLOWER_BASIC_AUTH`` environment variable, never
 through the command line, so the password does not show in ``ps``. On a
@@ -18,7 +18,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 
-from regions import ConfigError, Settings, StoreError
+from hoptune.core import ConfigError, Settings, StoreError
 
 __all__ = ["add_flower_arguments", "run_flower", "USER_VARIABLE", "PASSWORD_VARIABLE"]
 
@@ -98,7 +98,7 @@ def run_flower(args: argparse.Namespace) -> int:
             raise ConfigError(f"flower --address {args.address} without HTTP basic auth: set "
                               f"{USER_VARIABLE} and {PASSWORD_VARIABLE}, or listen on 127.0.0.1")
     if not settings.broker_url:
-        from tasks._broker import ping, socket_url
+        from hoptune.tasks._broker import ping, socket_url
 
         if not ping(socket_url(settings.embedded_socket)):
             raise StoreError(f"no embedded Redis answers on {settings.embedded_socket}: start "
@@ -115,6 +115,6 @@ def run_flower(args: argparse.Namespace) -> int:
     argv = ["flower", f"--port={args.port}", f"--address={args.address}", f"--conf={os.devnull}"]
     if args.url_prefix:
         argv.append(f"--url_prefix={args.url_prefix}")
-    from tasks._app import app
+    from hoptune.tasks._app import app
 
     return int(app.start(argv) or 0)

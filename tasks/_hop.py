@@ -2,6 +2,8 @@
 
 ``run_hop`` is the whole logic of the hop task, callable without Celery. It
 returns the messages to send next as ``Dispatch`` values; the task sends them.
+After an epoch's last hop it returns the epoch's end (``EpochEnd``) for the
+workflow to decide on, rather than calling up into it.
 Exactly-once effect under at-least-once delivery: the output checkpoint is
 keyed by (trial, epoch, position), a delivery that finds it does no training,
 and the next hop is queued in the same transaction that records this one, so
@@ -18,33 +20,42 @@ from typing import Any
 
 import torch
 
-from regions import RegionConfig, get_family
-from tasks._checkpoint import (
+from hoptune.core import CheckpointError
+from hoptune.regions import RegionConfig, get_family
+from hoptune.tasks._checkpoint import (
     Checkpoint,
     checkpoint_key,
+    keep_final,
     load_checkpoint,
     previous_position,
     save_checkpoint,
+    set_aside,
 )
-from tasks._runtime import Runtime, region_of, study_manifest
-from tasks._training import build_trial_model, make_trial_optimizer, train_pass
-from tuner._db import ACTIVE_STATES
+from hoptune.tasks._failures import TRANSIENT, describe
+from hoptune.tasks._liveness import live_after
+from hoptune.tasks._messages import Dispatch, hop_dispatch, tune_step_dispatch
+from hoptune.tasks._runtime import Runtime, region_of, study_manifest
+from hoptune.tasks._training import build_trial_model, make_trial_optimizer, train_pass
+from hoptune.tuner import ACTIVE_STATES, utcnow
 
-__all__ = ["Dispatch", "HopReport", "hop_queue", "hop_dispatch", "run_hop", "restore_trial",
-           "model_at"]
+__all__ = ["EpochEnd", "HopReport", "run_hop", "restore_trial", "model_at"]
 
 log = logging.getLogger(__name__)
 
-CONTROL_QUEUE = "hoptune.control"
-
-
 @dataclass(frozen=True)
-class Dispatch:
-    """A message to send: task name, queue and JSON keyword arguments."""
+class EpochEnd:
+    """The last hop of an epoch is done: what the workflow needs to end the epoch.
 
-    task: str
-    queue: str
-    kwargs: dict[str, Any]
+    ``model`` holds the weights the hop trained, or None when this delivery did no
+    training (a redelivery); the workflow then reads them from the checkpoint.
+    """
+
+    region: RegionConfig
+    study: dict[str, Any]
+    trial: dict[str, Any]
+    epoch: int
+    model: torch.nn.Module | None
+    manifest: dict[str, Any]
 
 
 @dataclass
@@ -63,39 +74,18 @@ class HopReport:
     save_seconds: float = 0.0
     dispatch: list[Dispatch] = field(default_factory=list)
     skipped: str | None = None
-
-
-def hop_queue(region: str, shard: int) -> str:
-    return f"hop.{region}.{shard}"
-
-
-def hop_dispatch(region: str, study_id: int, trial_id: int, epoch: int, position: int,
-                 shard: int) -> Dispatch:
-    """The message for one hop; region and shard are there for routing and for Flower."""
-    return Dispatch(
-        task="hoptune.hop",
-        queue=hop_queue(region, shard),
-        kwargs={"region": region, "study": study_id, "trial": trial_id, "epoch": epoch,
-                "position": position, "shard": shard},
-    )
-
-
-def tune_step_dispatch(study_id: int) -> Dispatch:
-    return Dispatch(task="hoptune.tune_step", queue=CONTROL_QUEUE, kwargs={"study": study_id})
-
-
-def promote_dispatch(study_id: int) -> Dispatch:
-    return Dispatch(task="hoptune.promote", queue=CONTROL_QUEUE, kwargs={"study": study_id})
+    epoch_end: EpochEnd | None = None
+    retry: bool = False  # the delivery failed once: send the hop again after a pause
 
 
 def restore_trial(rt: Runtime, region: RegionConfig, study: dict[str, Any],
                   trial: dict[str, Any], epoch: int, position: int, meta: dict[str, Any]
                   ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """The model and optimizer a hop at (epoch, position) starts from."""
+    """The model and optimizer a hop at (epoch, position) starts from, on the worker's device."""
     params = trial["params"]
     before = previous_position(epoch, position, region.shards)
     if before is None:
-        model = build_trial_model(region, params, trial["seed"], meta)
+        model = build_trial_model(region, params, trial["seed"], meta, rt.device)
         return model, make_trial_optimizer(region, params, model)
     model, checkpoint = model_at(rt, region, study, trial, *before, meta)
     optimizer = make_trial_optimizer(region, params, model)
@@ -108,79 +98,120 @@ def model_at(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: di
              ) -> tuple[torch.nn.Module, Checkpoint]:
     """The trial's model as hop (epoch, position) left it, and that hop's checkpoint.
 
-    The model is built without memory (on the meta device) and takes the
-    checkpoint's tensors as its own: no initialisation that the load would
-    overwrite, no copy.
+    The checkpoint loads straight onto the worker's device, and the model, built
+    without memory (on the meta device), takes its tensors as its own: no
+    initialisation that the load would overwrite, no copy.
     """
     checkpoint = load_checkpoint(rt.store, checkpoint_key(study["id"], trial["id"], epoch,
-                                                          position))
+                                                          position), rt.device)
     with torch.device("meta"):
         model = get_family(region).build(trial["params"], meta)
     model.load_state_dict(checkpoint.model, assign=True)
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         # a tensor the state_dict does not carry (a non-persistent buffer): build for real
-        model = build_trial_model(region, trial["params"], trial["seed"], meta)
+        model = build_trial_model(region, trial["params"], trial["seed"], meta, rt.device)
         model.load_state_dict(checkpoint.model)
     return model, checkpoint
 
 
 def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
             on_progress: Callable[[HopReport], None] | None = None) -> HopReport:
-    """Run one delivery of hop (trial, epoch, position) on this worker."""
-    from tasks._workflow import end_of_epoch
+    """Run one delivery of hop (trial, epoch, position) on this worker.
 
-    db, store = rt.db, rt.store
+    The hop is claimed first (one atomic step in the study database): a
+    delivery that finds a live holder, or the hop done, trains nothing. A
+    failure is recorded on the hop: a transient one is raised for the task to
+    retry, one that repeats (or a model that cannot be built) fails the trial
+    with its reason, any other is retried once (``report.retry``). An input
+    checkpoint that cannot be read is set aside and the hop that wrote it runs again.
+    """
+    db = rt.db
     trial = db.trial(trial_id)
     study = db.study(trial["study_id"])
     record = db.epoch(trial_id, epoch)
-    if record is None:
-        raise LookupError(f"trial {trial_id} has no epoch {epoch} recorded")
+    report = HopReport(trial_id, epoch, position, -1)
+    if record is None or position >= len(record["visit_order"]):
+        report.skipped = f"trial {trial_id} has no epoch {epoch} position {position} recorded"
+        return report
     order = record["visit_order"]
-    shard = order[position]
-    report = HopReport(trial_id, epoch, position, shard)
+    report.shard = shard = order[position]
     if trial["state"] not in ACTIVE_STATES:
         report.skipped = f"trial is {trial['state']}"
         return report
     region = region_of(study)
-    hop = db.begin_hop(trial_id, epoch, position, shard, rt.worker)
-    if hop["interrupted"] > region.max_redeliveries:
+    claim, hop = db.claim_hop(trial_id, epoch, position, shard, worker=rt.worker,
+                              holder=rt.holder, live_after=live_after())
+    if claim == "held":
+        report.skipped = f"held by {hop['worker']}, which is alive"
+        log.info("hop %s: %s", hop["id"], report.skipped)
+        return report
+    if claim == "claimed" and hop["interrupted"] > region.max_redeliveries:
         reason = (f"hop epoch {epoch} position {position} (shard {shard}) was interrupted "
                   f"{hop['interrupted']} times (max_redeliveries={region.max_redeliveries}); "
-                  f"last on worker {hop['worker']}")
-        db.end_trial(trial_id, "failed", failure=reason)
-        report.skipped = reason
-        report.dispatch.append(tune_step_dispatch(study["id"]))
-        return report
+                  f"last on worker {hop['previous_worker']}")
+        return _fail_trial(rt, study, trial, report, reason)
 
+    try:
+        return _after_claim(rt, region, study, trial, record, report, claim, hop, on_progress)
+    except BaseException:
+        if claim == "claimed":  # whatever escaped, the hop must not stay held by a live worker
+            try:
+                db.release_hop(trial_id, epoch, position, holder=rt.holder)
+            except Exception:  # noqa: BLE001 - the sweeper frees it once this worker is gone
+                log.warning("hop %d: could not give it back", hop["id"], exc_info=True)
+        raise
+
+
+def _after_claim(rt: Runtime, region: RegionConfig, study: dict[str, Any],
+                 trial: dict[str, Any], record: dict[str, Any], report: HopReport, claim: str,
+                 hop: dict[str, Any], on_progress: Callable[[HopReport], None] | None
+                 ) -> HopReport:
+    """The rest of a delivery once its claim is decided: train, record, hand on."""
+    db, store = rt.db, rt.store
+    trial_id, epoch, position, shard = trial["id"], report.epoch, report.position, report.shard
+    order = record["visit_order"]
     key = checkpoint_key(study["id"], trial_id, epoch, position)
     manifest = study_manifest(rt, study)
     model: torch.nn.Module | None = None
-    if hop["state"] == "done":
+    if claim == "done":
         report.skipped = "output checkpoint exists"
         report.samples, report.loss = hop["samples"], hop["loss"]
-    elif store.exists(key):  # trained and saved, but its worker died before recording it
+        report.dispatch.extend(_hand_on_again(rt, region, study, trial_id, epoch, position))
+        if position + 1 == len(order):
+            report.epoch_end = EpochEnd(region, study, trial, epoch, None, manifest)
+        return report
+    done = _readable(store, key)
+    if done is not None:  # trained and saved, but its worker died before recording it
         report.skipped = "output checkpoint exists"
-        done = load_checkpoint(store, key)
         report.samples, report.loss = done.samples, done.loss
     else:
-        started = time.perf_counter()
-        model, optimizer = restore_trial(rt, region, study, trial, epoch, position,
-                                         manifest["meta"])
-        data = rt.shard(manifest, shard)
-        report.load_seconds = time.perf_counter() - started
-        trained = train_pass(region, model, optimizer, data, seed=trial["seed"], epoch=epoch,
-                             shard=shard)
-        report.trained = True
-        report.samples, report.loss, report.train_seconds = (
-            trained.samples, trained.loss, trained.seconds)
-        started = time.perf_counter()
-        save_checkpoint(store, key, Checkpoint(model=model.state_dict(),
-                                               optimizer=optimizer.state_dict(),
-                                               rng=torch.get_rng_state(),
-                                               samples=trained.samples, loss=trained.loss))
-        report.save_seconds = time.perf_counter() - started
+        try:
+            model, report = _train(rt, region, study, trial, epoch, position, manifest, report,
+                                   key)
+        except CheckpointError as exc:
+            return _rewind(rt, region, study, trial, report, exc)
+        except TRANSIENT:
+            db.release_hop(trial_id, epoch, position, holder=rt.holder)
+            raise
+        except _BuildFailed as exc:
+            db.release_hop(trial_id, epoch, position, holder=rt.holder, error=exc.reason)
+            return _fail_trial(rt, study, trial, report, f"model could not be built: "
+                                                         f"{exc.reason}")
+        except Exception as exc:  # noqa: BLE001 - any failure is recorded, never lost
+            log.exception("hop %d of trial %d failed", hop["id"], trial_id)
+            reason = describe(exc)
+            db.release_hop(trial_id, epoch, position, holder=rt.holder, error=reason)
+            if hop["error"] == reason:  # the same failure on a second delivery: for good
+                return _fail_trial(rt, study, trial, report,
+                                   f"hop epoch {epoch} position {position} (shard {shard}) "
+                                   f"failed twice on {rt.worker}: {reason}")
+            report.skipped, report.retry = f"failed, tried again: {reason}", True
+            return report
     if on_progress is not None:
-        on_progress(report)
+        try:
+            on_progress(report)
+        except Exception:  # noqa: BLE001 - an event the broker could not take costs no hop
+            log.warning("hop %d: its progress event was not sent", hop["id"], exc_info=True)
 
     last = position + 1 == len(order)
     next_hop = None if last else (position + 1, order[position + 1])
@@ -189,10 +220,122 @@ def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
         figures.update(train_seconds=report.train_seconds, load_seconds=report.load_seconds,
                        save_seconds=report.save_seconds)
     queued = db.finish_hop(trial_id, epoch, position, next_hop=next_hop, **figures)
+    if report.trained:
+        log.info("trained hop: trial %d epoch %d position %d shard %d on %s", trial_id, epoch,
+                 position, shard, rt.holder)
+    _drop_old_checkpoints(store, study["id"], trial_id, epoch, position, region.shards)
     if next_hop is not None:
         if queued:
             report.dispatch.append(
                 hop_dispatch(region.name, study["id"], trial_id, epoch, *next_hop))
         return report
-    report.dispatch.extend(end_of_epoch(rt, region, study, trial, epoch, model, manifest))
+    report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)
     return report
+
+
+class _BuildFailed(Exception):
+    """The family could not build the trial's model: its params and seed fail every time."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _train(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict[str, Any],
+           epoch: int, position: int, manifest: dict[str, Any], report: HopReport, key: str
+           ) -> tuple[torch.nn.Module, HopReport]:
+    started = time.perf_counter()
+    try:
+        model, optimizer = restore_trial(rt, region, study, trial, epoch, position,
+                                         manifest["meta"])
+    except (CheckpointError, *TRANSIENT):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's model factory may raise anything
+        log.exception("trial %d: building its model failed", trial["id"])
+        raise _BuildFailed(describe(exc)) from exc
+    data = rt.shard(manifest, report.shard)
+    report.load_seconds = time.perf_counter() - started
+    trained = train_pass(region, model, optimizer, data, seed=trial["seed"], epoch=epoch,
+                         shard=report.shard)
+    report.trained = True
+    report.samples, report.loss, report.train_seconds = (
+        trained.samples, trained.loss, trained.seconds)
+    started = time.perf_counter()
+    save_checkpoint(rt.store, key, Checkpoint(model=model.state_dict(),
+                                              optimizer=optimizer.state_dict(),
+                                              rng=torch.get_rng_state(),
+                                              samples=trained.samples, loss=trained.loss))
+    report.save_seconds = time.perf_counter() - started
+    return model, report
+
+
+def _readable(store: Any, key: str) -> Checkpoint | None:
+    """The checkpoint under ``key`` if it exists and reads whole; a damaged one is set aside."""
+    if not store.exists(key):
+        return None
+    try:
+        return load_checkpoint(store, key)
+    except CheckpointError as exc:
+        log.warning("%s: set aside as %s; training the hop again", exc,
+                    set_aside(store, key, utcnow().strftime("%Y%m%dT%H%M%S")))
+        return None
+
+
+def _fail_trial(rt: Runtime, study: dict[str, Any], trial: dict[str, Any], report: HopReport,
+                reason: str) -> HopReport:
+    """End the trial as failed with ``reason``; its slot goes to the next proposal."""
+    if rt.db.end_trial(trial["id"], "failed", failure=reason):
+        keep_final(rt.store, study["id"], trial["id"], None, region_of(study).shards)
+    log.error("trial %d failed: %s", trial["id"], reason)
+    report.skipped = reason
+    report.dispatch.append(tune_step_dispatch(study["id"]))
+    return report
+
+
+def _rewind(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict[str, Any],
+            report: HopReport, exc: CheckpointError) -> HopReport:
+    """The hop's input checkpoint is unreadable: set it aside and run the hop that wrote it.
+
+    Each rewind counts toward ``max_redeliveries``; past it the trial fails,
+    naming the file.
+    """
+    before = previous_position(report.epoch, report.position, region.shards)
+    assert before is not None  # the very first hop reads no checkpoint
+    aside = set_aside(rt.store, exc.key, utcnow().strftime("%Y%m%dT%H%M%S"))
+    rewinds = rt.db.rewind_hop(trial["id"], *before, reason=str(exc))
+    if rewinds is None:
+        report.skipped = "trial is no longer running"
+        return report
+    if rewinds > region.max_redeliveries:
+        return _fail_trial(rt, study, trial, report,
+                           f"{exc} (set aside as {aside}; written {rewinds} times, "
+                           f"max_redeliveries={region.max_redeliveries})")
+    log.warning("%s: set aside as %s; running hop epoch %d position %d again", exc, aside,
+                *before)
+    shard = rt.db.epoch(trial["id"], before[0])["visit_order"][before[1]]
+    report.dispatch.append(hop_dispatch(region.name, study["id"], trial["id"], *before, shard))
+    report.skipped = f"{exc}: set aside, running the hop before again"
+    return report
+
+
+def _hand_on_again(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial_id: int,
+                   epoch: int, position: int) -> list[Dispatch]:
+    """A done hop delivered again hands on again while its successor still waits.
+
+    Its first delivery recorded the next hop as queued and may have died before
+    sending it; a copy is harmless (the successor is claimed once).
+    """
+    following = rt.db.hop(trial_id, epoch, position + 1)
+    if following is None or following["state"] != "queued":
+        return []
+    return [hop_dispatch(region.name, study["id"], trial_id, epoch, position + 1,
+                         following["shard"])]
+
+
+def _drop_old_checkpoints(store: Any, study_id: int, trial_id: int, epoch: int, position: int,
+                          shards: int) -> None:
+    """Keep a running trial's two latest checkpoints: enough to resume and to rewind once."""
+    before = previous_position(epoch, position, shards)
+    older = previous_position(*before, shards) if before is not None else None
+    if older is not None:
+        store.delete(checkpoint_key(study_id, trial_id, *older))

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from tasks._hop import Dispatch, HopReport, run_hop
-from tasks._promotion import promote_study
-from tasks._runtime import Runtime
-from tasks._sweeper import sweep
-from tasks._workflow import tune_step
+from hoptune.tasks._hop import HopReport, run_hop
+from hoptune.tasks._messages import Dispatch
+from hoptune.tasks._promotion import promote_study
+from hoptune.tasks._runtime import Runtime
+from hoptune.tasks._sweeper import sweep
+from hoptune.tasks._workflow import hand_on, tune_step
 
 __all__ = ["run_inline"]
 
@@ -32,13 +33,15 @@ def run_inline(rt: Runtime, dispatches: Iterable[Dispatch],
             report = run_hop(rt, d.kwargs["trial"], d.kwargs["epoch"], d.kwargs["position"])
             if on_hop is not None:
                 on_hop(report)
-            queue.extend(report.dispatch)
+            queue.extend(hand_on(rt, report))
+            if report.retry:
+                queue.append(d)
         elif d.task == "hoptune.tune_step":
             queue.extend(tune_step(rt, d.kwargs["study"]))
         elif d.task == "hoptune.promote":
             promote_study(rt, d.kwargs["study"])
         elif d.task == "hoptune.sweep":
-            queue.extend(sweep(rt, d.kwargs.get("stall_seconds")))
+            queue.extend(sweep(rt))
         else:
             raise ValueError(f"unknown task {d.task!r}")
     return count

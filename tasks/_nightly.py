@@ -14,41 +14,31 @@ others go on.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from typing import Any
 
-from regions import Config, HoptuneError, StudyError
-from tasks._hop import Dispatch, tune_step_dispatch
-from tasks._runtime import Runtime
-from tuner._db import Locks, NightlyRecords
+from hoptune.core import HoptuneError, StudyError
+from hoptune.regions import Config
+from hoptune.tasks._messages import Dispatch, tune_step_dispatch
+from hoptune.tasks._nightly_lock import NIGHTLY_LOCK, holder, lock_seconds
+from hoptune.tasks._runtime import Runtime
+from hoptune.tasks._validate import check_region
+from hoptune.tuner import Locks, NightlyRecords
 
-__all__ = ["start_nightly", "after_promotion", "lock_seconds", "NIGHTLY_LOCK"]
+__all__ = ["start_nightly", "after_promotion"]
 
 log = logging.getLogger(__name__)
-
-NIGHTLY_LOCK = "nightly"
-
-
-def lock_seconds() -> float:
-    """How long the nightly lock lasts without progress (``HOPTUNE_NIGHTLY_LOCK_SECONDS``)."""
-    return float(os.environ.get("HOPTUNE_NIGHTLY_LOCK_SECONDS", "1800"))
-
-
-def _holder(run_id: int) -> str:
-    return f"nightly-run-{run_id}"
-
 
 def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *,
                   trigger: str = "cli") -> tuple[int, list[Dispatch]]:
     """Start a nightly run over ``names`` (default: every region); refuse if one is going."""
-    from regions import ingest
-    from tasks._workflow import create_study
+    from hoptune.regions import ingest
+    from hoptune.tasks._workflow import create_study
 
     regions = [config.region(n) for n in names] if names else list(config.regions.values())
     records, locks = NightlyRecords(rt.db), Locks(rt.db)
     run_id = records.start_run(trigger, socket.gethostname())
-    held = locks.acquire(NIGHTLY_LOCK, _holder(run_id), lock_seconds())
+    held = locks.acquire(NIGHTLY_LOCK, holder(run_id), lock_seconds())
     if held is not None:
         records.finish_run(run_id, "refused")
         raise StudyError(
@@ -57,7 +47,16 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
             f"not starting another")
     _abandon_stale_runs(rt, run_id)
     out: list[Dispatch] = []
-    for region in regions:
+    checked = []
+    for region in regions:  # every region's configuration first, before any data is read
+        try:
+            check_region(config, region, tuned=True)
+        except HoptuneError as exc:
+            log.warning("nightly run %d: %s failed: %s", run_id, region.name, exc)
+            records.add_region(run_id, region.name, "failed", outcome=str(exc))
+            continue
+        checked.append(region)
+    for region in checked:
         try:
             running = rt.db.latest_study(region.name, state="running")
             if running is not None:
@@ -102,16 +101,10 @@ def after_promotion(rt: Runtime, study: dict[str, Any], decision: dict[str, Any]
     _maybe_finish(rt, run_id)
 
 
-def renew(rt: Runtime, study: dict[str, Any]) -> None:
-    """A nightly study made progress: its run still holds the lock."""
-    if study["nightly_run_id"] is not None:
-        Locks(rt.db).renew(NIGHTLY_LOCK, _holder(study["nightly_run_id"]), lock_seconds())
-
-
 def _maybe_finish(rt: Runtime, run_id: int) -> None:
     records = NightlyRecords(rt.db)
     if any(r["state"] == "running" for r in records.regions(run_id)):
         return
     if records.finish_run(run_id, "done"):
-        Locks(rt.db).release(NIGHTLY_LOCK, _holder(run_id))
+        Locks(rt.db).release(NIGHTLY_LOCK, holder(run_id))
         log.info("nightly run %d finished", run_id)

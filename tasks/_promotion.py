@@ -13,16 +13,19 @@ import logging
 import time
 from typing import Any
 
-from regions import get_family, load_id_maps
-from tasks._checkpoint import checkpoint_key, load_checkpoint
-from tasks._runtime import Runtime, region_of, study_manifest
-from tasks._training import build_trial_model
-from tuner._db import Locks, utcnow
-from tuner._registry import (
+from hoptune.regions import get_family, load_id_maps
+from hoptune.tasks._checkpoint import checkpoint_key, load_checkpoint
+from hoptune.tasks._failures import TRANSIENT, describe
+from hoptune.tasks._runtime import Runtime, region_of, study_manifest
+from hoptune.tasks._training import build_trial_model
+from hoptune.tuner import (
+    Locks,
     champion_card,
+    clean_staging,
     load_weights,
     next_version,
     set_champion,
+    utcnow,
     write_version,
 )
 
@@ -76,7 +79,7 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
     # the challenger's weights are its final checkpoint, and their validation metric was
     # recorded when its last epoch ended, on this same validation data
     final = checkpoint_key(study_id, best["id"], best["epochs_done"] - 1, region.shards - 1)
-    weights = load_checkpoint(store, final).model
+    weights = load_checkpoint(store, final).model  # on the CPU: the registry is for any host
     metric = float(best["last_metric"])
     ids = load_id_maps(store, manifest) if manifest["task"] == "rating" else None
 
@@ -87,8 +90,9 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
             raise TimeoutError(f"registry of {region.name} stayed locked")
         time.sleep(0.2)
     try:
-        decision = _decide(rt, region, family, manifest, _hash(ids), metric, minimize)
-        if decision["promoted"]:
+        clean_staging(store, region.name)
+        decision = _decide(rt, region, family, manifest, _hash(ids), metric, minimize, study_id)
+        if decision["promoted"] and "version" not in decision:
             version = next_version(store, region.name)
             now = utcnow().isoformat()
             card = {
@@ -115,7 +119,8 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
 
 
 def _decide(rt: Runtime, region: Any, family: Any, manifest: dict[str, Any],
-            ids_hash: str | None, metric: float, minimize: bool) -> dict[str, Any]:
+            ids_hash: str | None, metric: float, minimize: bool, study_id: int
+            ) -> dict[str, Any]:
     name = family.metric_name
     decision: dict[str, Any] = {"challenger_metric": metric, "champion": None,
                                 "champion_metric": None}
@@ -123,12 +128,17 @@ def _decide(rt: Runtime, region: Any, family: Any, manifest: dict[str, Any],
     if card is None:
         return {**decision, "promoted": True,
                 "reason": f"first champion ({name} {metric:.4g})"}
+    if card["study_id"] == study_id:  # promoted by a delivery that died before recording it
+        return {"challenger_metric": metric, "champion": card["previous"],
+                "champion_metric": card["previous_metric"], "promoted": True,
+                "version": card["version"], "reason": card["reason"]}
     decision["champion"] = card["version"]
     if not _comparable(card, region.family, manifest, ids_hash):
         return {**decision, "promoted": True,
                 "reason": f"replaces {card['version']}, which cannot score this data "
                           f"(its ids or features differ); {name} {metric:.4g}"}
-    champion = build_trial_model(region, card["params"], card["seed"], manifest["meta"])
+    champion = build_trial_model(region, card["params"], card["seed"], manifest["meta"],
+                                 rt.device)
     champion.load_state_dict(load_weights(rt.store, region.name, card["version"]))
     held = float(family.evaluate(champion, rt.validation(manifest)))
     decision["champion_metric"] = held
@@ -140,9 +150,20 @@ def _decide(rt: Runtime, region: Any, family: Any, manifest: dict[str, Any],
 
 
 def promote_study(rt: Runtime, study_id: int) -> dict[str, Any]:
-    """Promote a finished study's best trial if better, and record a nightly region's outcome."""
-    from tasks._nightly import after_promotion
+    """Promote a finished study's best trial if better, and record a nightly region's outcome.
 
-    decision = promote(rt, study_id)
+    A failure that is not transient is recorded as the study's promotion
+    (``failed``, with its reason), so the drivers waiting on it return and say why.
+    """
+    from hoptune.tasks._nightly import after_promotion
+
+    try:
+        decision = promote(rt, study_id)
+    except TRANSIENT:
+        raise
+    except Exception as exc:
+        log.exception("promoting study %d failed", study_id)
+        decision = {"promoted": False, "failed": True, "reason": describe(exc)}
+        rt.db.set_study(study_id, promotion=decision)
     after_promotion(rt, rt.db.study(study_id), decision)
     return decision

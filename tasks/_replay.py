@@ -1,16 +1,16 @@
 """Replay a trial in one process from its recorded visit orders.
 
-The check behind the reproducibility invariant: retraining a trial on the CPU,
-epoch by epoch in the recorded orders, must give bitwise the weights that the
-hops produced across workers.
+The check behind the reproducibility invariant: retraining a trial on the
+runtime's device, epoch by epoch in the recorded orders, must give bitwise the
+weights that the hops produced across workers on the same kind of device.
 """
 
 from __future__ import annotations
 
 import torch
 
-from tasks._runtime import Runtime, region_of, study_manifest
-from tasks._training import build_trial_model, make_trial_optimizer, train_pass
+from hoptune.tasks._runtime import Runtime, region_of, study_manifest
+from hoptune.tasks._training import build_trial_model, make_trial_optimizer, train_pass
 
 __all__ = ["replay_trial"]
 
@@ -22,7 +22,8 @@ def replay_trial(rt: Runtime, trial_id: int, epochs: int | None = None
     study = rt.db.study(trial["study_id"])
     region = region_of(study)
     manifest = study_manifest(rt, study)
-    model = build_trial_model(region, trial["params"], trial["seed"], manifest["meta"])
+    model = build_trial_model(region, trial["params"], trial["seed"], manifest["meta"],
+                              rt.device)
     optimizer = make_trial_optimizer(region, trial["params"], model)
     recorded = rt.db.epochs(trial_id)
     for record in recorded[: epochs if epochs is not None else len(recorded)]:

@@ -1,76 +1,158 @@
-"""The sweeper: re-sends the work of trials whose progress stalled.
+"""The sweeper: sends again whatever work a fault may have lost, judged by liveness.
 
-A trial stalls when the message that carries it is gone: its worker was
-killed after the message was acknowledged, Redis was flushed or restarted,
-or the process that would have sent the next message died first. The sweeper
-finds running trials with no progress for ``stall_seconds`` and re-sends their
-furthest hop; the hop resumes from the last checkpoint (or, if its own output
-exists, only hands on). It also restarts studies whose trials all ended while
-no ``tune_step`` followed.
+Every message a step of the workflow sends is recorded first (a hop as
+``queued``, an epoch's end as its last hop ``done``, a promotion as a finished
+study), and every receiver is idempotent (a hop is claimed before it trains,
+an epoch ends once, a promotion is recorded once). So sending any of them
+again costs nothing, and the sweeper does, for:
+
+- hops running on a worker whose heartbeat stopped (killed mid-hop): queued
+  again, counted as interrupted, and sent;
+- queued hops whose message may be lost (the sender died between recording
+  and sending, or Redis restarted empty): sent again once their shard's queue
+  holds nothing and they waited ``HOPTUNE_RESEND_SECONDS``;
+- epochs whose last hop finished but whose end was never decided;
+- running studies with a free trial slot and no progress, and ended studies
+  with no promotion;
+- shards whose queue has waiting hops and no live consumer for
+  ``HOPTUNE_TAKEOVER_SECONDS``: a live worker is told to consume it too
+  (Celery's ``add_consumer``), reading the shard from the store.
+
+It runs inside the workers (one at a time), under ``hoptune beat``, in every
+following command, and as ``hoptune sweep``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from celery import Celery
 
-from tasks._hop import Dispatch, hop_dispatch, tune_step_dispatch
-from tasks._runtime import Runtime
-from tuner._db import utcnow
+from hoptune.tasks._liveness import live_after
+from hoptune.tasks._messages import (
+    Dispatch,
+    hop_dispatch,
+    hop_queue,
+    promote_dispatch,
+    tune_step_dispatch,
+)
+from hoptune.tasks._runtime import Runtime
+from hoptune.tuner import WorkerRecords, utcnow
 
-__all__ = ["sweep", "busy_trials", "default_stall_seconds"]
+__all__ = ["resend_seconds", "sweep", "takeover_seconds"]
 
 log = logging.getLogger(__name__)
 
 
-def default_stall_seconds() -> float:
-    """``HOPTUNE_STALL_SECONDS``, else the visibility timeout plus a minute."""
-    if "HOPTUNE_STALL_SECONDS" in os.environ:
-        return float(os.environ["HOPTUNE_STALL_SECONDS"])
-    return float(os.environ.get("HOPTUNE_VISIBILITY_TIMEOUT", "7200")) + 60.0
+def resend_seconds() -> float:
+    """How long recorded work may wait with no message before it is sent again."""
+    return float(os.environ.get("HOPTUNE_RESEND_SECONDS", "30"))
 
 
-def sweep(rt: Runtime, stall_seconds: float | None = None, study_id: int | None = None,
-          busy: set[int] = frozenset()) -> list[Dispatch]:
-    """Messages that put every stalled trial and idle study (or only ``study_id``'s) in motion.
+def takeover_seconds() -> float:
+    """How long a shard's hops may wait with no live consumer before one takes it over."""
+    return float(os.environ.get("HOPTUNE_TAKEOVER_SECONDS", "60"))
 
-    Trials in ``busy`` (a worker holds one of their hops right now) are left alone.
+
+def sweep(rt: Runtime, app: Celery | None = None, study_id: int | None = None, *,
+          resend_after: float | None = None) -> list[Dispatch]:
+    """The messages that put lost work (of every study, or only ``study_id``'s) in motion.
+
+    With ``app`` the sweeper also reads queue lengths (so a hop still waiting in
+    its queue is not sent twice) and takes over shards with no live consumer.
     """
     db = rt.db
-    stall = default_stall_seconds() if stall_seconds is None else stall_seconds
-    cutoff = utcnow() - timedelta(seconds=stall)
+    now = utcnow()
+    before = now - timedelta(seconds=resend_seconds() if resend_after is None else resend_after)
+    mine = (lambda s: study_id in (None, s))  # noqa: E731 - a filter read three times
     out: list[Dispatch] = []
-    for trial in db.stalled_trials(cutoff):
-        if (study_id is not None and trial["study_id"] != study_id) or trial["id"] in busy:
+    for hop in db.release_dead_hops(live_after()):
+        trial = db.trial(hop["trial_id"])
+        study = db.study(trial["study_id"])
+        if not mine(study["id"]):
+            continue
+        log.warning("hop %d of trial %d (epoch %d position %d) was held by %s, which is gone: "
+                    "sending it again", hop["id"], hop["trial_id"], hop["epoch"],
+                    hop["position"], hop["holder"])
+        out.append(hop_dispatch(study["region"], study["id"], hop["trial_id"], hop["epoch"],
+                                hop["position"], hop["shard"]))
+    length = _queue_lengths(app)
+    waiting = [h for h in db.waiting_hops(before) if mine(h["study_id"])]
+    for hop in waiting:
+        if length(hop_queue(hop["region"], hop["shard"])):
+            continue  # its message may still be in the queue
+        out.append(hop_dispatch(hop["region"], hop["study_id"], hop["trial_id"], hop["epoch"],
+                                hop["position"], hop["shard"]))
+    for trial in db.stalled_trials(before):
+        if not mine(trial["study_id"]):
             continue
         last = db.last_hop(trial["id"])
-        if last is None:
-            continue
-        study = db.study(trial["study_id"])
-        db.touch_trial(trial["id"])
-        log.warning("trial %d stalled at epoch %d position %d: sending its hop again",
-                    trial["id"], last["epoch"], last["position"])
-        out.append(hop_dispatch(study["region"], study["id"], trial["id"], last["epoch"],
-                                last["position"], last["shard"]))
+        record = db.epoch(trial["id"], last["epoch"]) if last else None
+        if (last and record and last["state"] == "done" and record["finished_at"] is None
+                and last["position"] == len(record["visit_order"]) - 1):
+            study = db.study(trial["study_id"])
+            log.warning("trial %d: epoch %d ended but was never decided: sending its last hop "
+                        "again", trial["id"], last["epoch"])
+            out.append(hop_dispatch(study["region"], study["id"], trial["id"], last["epoch"],
+                                    last["position"], last["shard"]))
     for study in db.studies():
-        if study["state"] != "running" or study_id not in (None, study["id"]):
+        if not mine(study["id"]):
             continue
-        counts = db.counts(study["id"])
-        if counts["running"] == 0:
+        if study["state"] != "running":
+            if study["promotion"] is None and study["finished_at"] < before:
+                log.warning("study %d ended without a promotion: sending it again", study["id"])
+                out.append(promote_dispatch(study["id"]))
+            continue
+        trials = db.trials(study["id"])
+        running = sum(t["state"] == "running" for t in trials)
+        quiet = all(t["updated_at"] < before for t in trials)
+        if running < study["parallel"] and quiet:
             out.append(tune_step_dispatch(study["id"]))
+    if app is not None:
+        _take_over(rt, app, [h for h in waiting
+                             if h["queued_at"] < now - timedelta(seconds=takeover_seconds())])
     return out
 
 
-def busy_trials(app: Celery, timeout: float = 1.0) -> set[int]:
-    """Trials whose hop a live worker is running or holds reserved, by asking the workers."""
-    inspect = app.control.inspect(timeout=timeout)
-    out: set[int] = set()
-    for tasks in (inspect.active() or {}, inspect.reserved() or {}):
-        for requests in tasks.values():
-            for request in requests:
-                if request.get("name") == "hoptune.hop":
-                    out.add(int((request.get("kwargs") or {}).get("trial", -1)))
-    return out
+def _queue_lengths(app: Celery | None) -> Callable[[str], int]:
+    """A function giving a queue's length in the broker (0 without a broker to ask)."""
+    if app is None:
+        return lambda queue: 0
+
+    def length(queue: str) -> int:
+        try:
+            with app.connection_for_write() as conn:
+                return int(conn.default_channel.queue_declare(queue, passive=True).message_count)
+        except Exception:  # noqa: BLE001 - kombu says "no such queue" by raising: it is empty
+            return 0
+
+    return length
+
+
+def _take_over(rt: Runtime, app: Celery, waiting: list[dict[str, Any]]) -> None:
+    """Tell a live worker to consume every queue whose hops wait with no live consumer."""
+    queues = {hop_queue(h["region"], h["shard"]) for h in waiting}
+    if not queues:
+        return
+    active = app.control.inspect(timeout=1.0).active_queues() or {}
+    consumed = {name: {q["name"] for q in qs} for name, qs in active.items()}
+    if not consumed:
+        return  # no live worker answers: nothing to hand the queue to
+    records = WorkerRecords(rt.db)
+    for queue in sorted(queues):
+        if any(queue in qs for qs in consumed.values()):
+            continue
+        region = queue.split(".")[1]
+        # prefer a worker that already trains this region, then the least loaded one
+        target = min(consumed, key=lambda n: (not any(q.startswith(f"hop.{region}.")
+                                                        for q in consumed[n]),
+                                              len(consumed[n]), n))
+        app.control.add_consumer(queue, destination=[target], reply=True, timeout=2.0)
+        consumed[target].add(queue)
+        reason = f"no live consumer for {takeover_seconds():.0f} s"
+        records.add_takeover(queue, target, reason)
+        log.warning("shard queue %s has %s: %s takes it over", queue, reason, target)

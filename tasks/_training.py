@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-import kernels
-from regions import OPTIMIZER_PARAMS, RegionConfig, get_family, iter_batches
+from hoptune import kernels
+from hoptune.regions import OPTIMIZER_PARAMS, RegionConfig, get_family, iter_batches
 
 __all__ = ["TrainedPass", "stream_seed", "build_trial_model", "make_trial_optimizer",
            "train_pass"]
@@ -27,12 +27,18 @@ def stream_seed(*parts: int | str) -> int:
 
 
 def build_trial_model(region: RegionConfig, params: dict[str, Any], seed: int,
-                      meta: dict[str, Any]) -> torch.nn.Module:
-    """The trial's freshly initialised model: the same weights for the same (params, seed)."""
+                      meta: dict[str, Any], device: torch.device | None = None
+                      ) -> torch.nn.Module:
+    """The trial's freshly initialised model on ``device`` (default: the CPU).
+
+    The weights are drawn on the CPU and then moved, so they are the same for
+    the same (params, seed) on every kind of device.
+    """
     family = get_family(region)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(stream_seed(seed, "init"))
-        return family.build(params, meta)
+        model = family.build(params, meta)
+    return model if device is None else model.to(device)
 
 
 def make_trial_optimizer(region: RegionConfig, params: dict[str, Any],
@@ -57,7 +63,9 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
     """Train ``model`` once over ``data`` (one shard) in shuffled minibatches.
 
     The minibatch order and every other random draw (dropout) derive from
-    (trial seed, epoch, shard) alone, so the pass is the same wherever it runs.
+    (trial seed, epoch, shard) alone, so the pass is the same wherever it runs
+    on the same kind of device. It trains where ``model`` and ``data`` are, and
+    waits for that device once, at the end, to read the loss.
     """
     family = get_family(region)
     generator = torch.Generator().manual_seed(stream_seed(seed, epoch, shard, "batches"))
@@ -65,7 +73,8 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
     model.train()
     started = time.perf_counter()
     # the loss is summed on the device: reading it each step would stall a GPU every batch
-    total, samples = torch.zeros((), dtype=torch.float64), 0
+    device = next(iter(data.values())).device
+    total, samples = torch.zeros((), dtype=torch.float64, device=device), 0
     for batch in iter_batches(data, region.batch_size, generator):
         optimizer.zero_grad(set_to_none=True)
         loss = family.loss(model, batch)
@@ -74,7 +83,7 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
             kernels.clip_grad_norm_(model.parameters(), clip_norm)
         optimizer.step()
         n = len(next(iter(batch.values())))
-        total = total.to(loss.device) + loss.detach().double() * n
+        total += loss.detach().double() * n
         samples += n
     return TrainedPass(samples=samples, loss=float(total) / max(samples, 1),
                        seconds=time.perf_counter() - started)

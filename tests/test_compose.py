@@ -98,7 +98,7 @@ def mounts(service: dict[str, Any]) -> dict[str, tuple[str, bool]]:
 
 
 def hoptune_args(service: dict[str, Any]) -> Any:  # argparse.Namespace
-    from tasks.cli import build_parser
+    from hoptune.tasks.cli import build_parser
 
     return build_parser().parse_args(argv(service["command"])[1:])
 
@@ -251,7 +251,7 @@ def test_every_hoptune_and_celery_command_parses(where: str, command: list[str],
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     shown = shlex.join(command)
     if command[0] == "hoptune":
-        from tasks.cli import build_parser
+        from hoptune.tasks.cli import build_parser
 
         try:
             build_parser().parse_args(command[1:])
@@ -262,7 +262,7 @@ def test_every_hoptune_and_celery_command_parses(where: str, command: list[str],
         from celery.app.utils import find_app
         from celery.bin.celery import celery
 
-        from tasks import app
+        from hoptune.tasks import app
 
         index = next((i for i, w in enumerate(command) if w in celery.commands), None)
         assert index is not None, f"{where}: `{shown}`: no celery subcommand"

@@ -7,21 +7,41 @@ line should not pay for it on every call.
 
 from __future__ import annotations
 
-from regions._lazy import lazy_names
+from hoptune.core import lazy_names
 
 _NAMES = {
-    "AshaPruner": "tuner._pruner",
-    "CategoricalDim": "tuner._space",
-    "Dimension": "tuner._space",
-    "IntDim": "tuner._space",
-    "RealDim": "tuner._space",
-    "Space": "tuner._space",
-    "parse_space": "tuner._space",
-    "default_initial_points": "tuner._optimizer",
-    "propose": "tuner._optimizer",
-    "select_prior": "tuner._warmstart",
-    "StudyDB": "tuner._db",
-    "write_report": "tuner._report",
+    "AshaPruner": "hoptune.tuner._pruner",
+    "CategoricalDim": "hoptune.tuner._space",
+    "Dimension": "hoptune.tuner._space",
+    "IntDim": "hoptune.tuner._space",
+    "RealDim": "hoptune.tuner._space",
+    "Space": "hoptune.tuner._space",
+    "parse_space": "hoptune.tuner._space",
+    "default_initial_points": "hoptune.tuner._optimizer",
+    "propose": "hoptune.tuner._optimizer",
+    "select_prior": "hoptune.tuner._warmstart",
+    "ACTIVE_STATES": "hoptune.tuner._schema",
+    "TRIAL_STATES": "hoptune.tuner._schema",
+    "metadata": "hoptune.tuner._schema",
+    "utcnow": "hoptune.tuner._schema",
+    "StudyDB": "hoptune.tuner._studydb",
+    "NightlyRecords": "hoptune.tuner._nightly_records",
+    "Locks": "hoptune.tuner._locks",
+    "WorkerRecords": "hoptune.tuner._workers",
+    "Revisions": "hoptune.tuner._revisions",
+    "schema_revisions": "hoptune.tuner._revisions",
+    "upgrade_schema": "hoptune.tuner._revisions",
+    "upgrade_schema_sql": "hoptune.tuner._revisions",
+    "write_report": "hoptune.tuner._report",
+    "champion_card": "hoptune.tuner._registry",
+    "clean_staging": "hoptune.tuner._registry",
+    "champion_version": "hoptune.tuner._registry",
+    "export_champion": "hoptune.tuner._registry",
+    "load_weights": "hoptune.tuner._registry",
+    "next_version": "hoptune.tuner._registry",
+    "set_champion": "hoptune.tuner._registry",
+    "versions": "hoptune.tuner._registry",
+    "write_version": "hoptune.tuner._registry",
 }
 
 __all__ = list(_NAMES)

@@ -56,8 +56,8 @@ from skopt.space import Space as SkoptSpace
 from skopt.utils import cook_estimator, normalize_dimensions
 from threadpoolctl import threadpool_limits
 
-from tuner._space import CategoricalDim, IntDim, RealDim, Space
-from tuner._warmstart import select_prior
+from hoptune.tuner._space import CategoricalDim, IntDim, RealDim, Space
+from hoptune.tuner._warmstart import select_prior
 
 __all__ = ["default_initial_points", "propose", "skopt_dimensions"]
 

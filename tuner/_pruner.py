@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from regions._errors import ConfigError
+from hoptune.core import ConfigError
 
 __all__ = ["AshaPruner"]
 

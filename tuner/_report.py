@@ -18,10 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from regions._errors import HoptuneError, StoreError, StudyError
-from regions._store import Store
-from tuner._db import TRIAL_STATES, StudyDB, utcnow
-from tuner._plots import (
+from hoptune.core import HoptuneError, Store, StoreError, StudyError
+from hoptune.tuner._plots import (
     Bar,
     Card,
     Dim,
@@ -33,7 +31,9 @@ from tuner._plots import (
     plot_learning_curves,
     plot_params,
 )
-from tuner._registry import champion_version, versions
+from hoptune.tuner._registry import champion_version, versions
+from hoptune.tuner._schema import TRIAL_STATES, utcnow
+from hoptune.tuner._studydb import StudyDB
 
 __all__ = ["PLOTS", "read_champions", "write_report"]
 
@@ -103,7 +103,7 @@ def _pick_study(db: StudyDB, region: str, study_id: int | None) -> dict[str, Any
 
 def _metric_name(study: dict[str, Any]) -> str:
     """The family's metric name; "metric" if the stored region no longer loads here."""
-    from regions import RegionConfig, get_family
+    from hoptune.regions import RegionConfig, get_family
 
     try:
         return get_family(RegionConfig.model_validate(study["region_config"])).metric_name

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from regions._errors import ConfigError
+from hoptune.core import ConfigError
 
 __all__ = ["CategoricalDim", "Dimension", "IntDim", "RealDim", "Space", "parse_space"]
 
@@ -156,12 +156,6 @@ class Space:
     @cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.dimensions)
-
-    def to_skopt(self) -> list[Any]:
-        """The scikit-optimize dimensions of this space, in order."""
-        from tuner._optimizer import skopt_dimensions
-
-        return skopt_dimensions(self)
 
     def sample(self, rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
         """``n`` independent uniform draws (random search)."""

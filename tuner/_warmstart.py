@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner._space import Space
+from hoptune.tuner._space import Space
 
 __all__ = ["select_prior"]
 

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
 import torch
 
-import kernels
+from hoptune import kernels
+from hoptune.kernels._tracking import BoundTracker
 
 OPTIONS = [
     {"amsgrad": amsgrad, "weight_decay": weight_decay}
@@ -15,12 +17,16 @@ OPTIONS = [
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("options", OPTIONS, ids=str)
-def test_follows_torch_adamw_for_200_steps(training, snapshot, assert_follows, options, dtype):
-    ours = training.run(lambda p: kernels.FusedAdamW(p, **options), 200, dtype)
-    theirs = training.run(lambda p: torch.optim.AdamW(p, foreach=False, **options), 200, dtype)
-    assert_follows(snapshot(*ours), snapshot(*theirs))
+def test_follows_torch_adamw_for_200_steps(training, assert_follows, options, dtype):
+    model, _ = training.run_together(
+        lambda p: kernels.FusedAdamW(p, **options),
+        lambda p: torch.optim.AdamW(p, foreach=False, **options),
+        200,
+        dtype,
+        check=lambda t: assert_follows(t, "FusedAdamW vs torch.optim, 200 trained steps"),
+    )
     first = torch.nn.utils.parameters_to_vector(training.model(dtype).parameters())
-    moved = torch.nn.utils.parameters_to_vector(ours[0].parameters())
+    moved = torch.nn.utils.parameters_to_vector(model.parameters())
     assert (moved - first).abs().max() > 0.1, "the model did not train"
 
 
@@ -48,40 +54,35 @@ def _fake_training_tensors(dtype_of: list[torch.dtype]) -> list[torch.Tensor]:
     ]
 
 
-def _run_with_grads(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, n: int) -> None:
+def _steps_with_grads(tracker: BoundTracker, n: int, step_ours, step_theirs) -> None:
+    """n steps of both optimizers on the same random gradients, some skipped now and then."""
     g = torch.Generator().manual_seed(4)
+    ours = [p for group in tracker.ours.param_groups for p in group["params"]]
+    theirs = [p for group in tracker.theirs.param_groups for p in group["params"]]
     for step in range(n):
-        for i, p in enumerate(params):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             if i == 4 and step % 3 == 0:
-                p.grad = None  # a parameter without a gradient this step is left alone
+                a.grad = b.grad = None  # a parameter without a gradient this step is left alone
                 continue
-            p.grad = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * 10
-        optimizer.step()
+            grad = torch.randn(a.shape, generator=g, dtype=torch.float64).to(a.dtype) * 10
+            a.grad, b.grad = grad.clone(), grad.clone()
+        tracker.step(step_ours, step_theirs)
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=str)
-def test_kernel_path_equals_reference(kernel_path_on_cpu, options) -> None:
+def test_kernel_path_follows_the_reference(kernel_path_on_cpu, assert_follows, options) -> None:
     dtypes = [torch.float32, torch.float64]
-    results = []
-    for use_kernel in (True, False):
-        params = _fake_training_tensors(dtypes)
-        optimizer = kernels.FusedAdamW(params, lr=1e-2, **options)
-        if use_kernel:
-            _run_with_grads(params, optimizer, 10)
-        else:
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(kernels._dispatch, "choose_path", _reference_only)
-                _run_with_grads(params, optimizer, 10)
-        results.append((params, optimizer))
-    (kp, ko), (rp, ro) = results
-    for a, b in zip(kp, rp, strict=True):
-        # Equal but for torch's CPU sqrt, which is off by an ulp in about 1% of elements.
-        tol = TOLERANCE[a.dtype]
-        torch.testing.assert_close(a, b, **tol)
-        sa, sb = ko.state[a], ro.state[b]
-        assert sa.keys() == sb.keys()
-        for key in sa:
-            torch.testing.assert_close(sa[key], sb[key], **tol)
+    ours = kernels.FusedAdamW(_fake_training_tensors(dtypes), lr=1e-2, **options)
+    theirs = kernels.FusedAdamW(_fake_training_tensors(dtypes), lr=1e-2, **options)
+
+    def step_theirs() -> None:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(kernels._dispatch, "choose_path", _reference_only)
+            theirs.step()
+
+    tracker = BoundTracker(ours, theirs)
+    _steps_with_grads(tracker, 10, ours.step, step_theirs)
+    assert_follows(tracker, "AdamW kernel (host build) vs reference, 10 steps")
     # One launch per (dtype, step count) and step: 10 for the float64 tensors; 16 for the
     # float32 ones, two on the 6 steps where the one that skips steps (every third) is behind.
     names = [name for name, _ in kernel_path_on_cpu.launches]
@@ -89,17 +90,11 @@ def test_kernel_path_equals_reference(kernel_path_on_cpu, options) -> None:
     assert names.count("ht_adamw_float32") == 16
 
 
-TOLERANCE = {
-    torch.float32: {"rtol": 1e-6, "atol": 1e-9},
-    torch.float64: {"rtol": 1e-12, "atol": 1e-15},
-}
-
-
 def _reference_only(device: torch.device, dtype: torch.dtype) -> kernels._dispatch.PathChoice:
     return kernels._dispatch.PathChoice(kernels._dispatch.REFERENCE, "test")
 
 
-def test_complex_and_strided_parameters_follow_torch(kernel_path_on_cpu) -> None:
+def test_complex_and_strided_parameters_follow_torch(kernel_path_on_cpu, assert_follows) -> None:
     g = torch.Generator().manual_seed(5)
     base = [
         torch.randn(4, 3, generator=g, dtype=torch.complex64),
@@ -108,26 +103,29 @@ def test_complex_and_strided_parameters_follow_torch(kernel_path_on_cpu) -> None
     ours = [t.clone() for t in base]
     theirs = [t.clone() for t in base]
     assert not ours[1].is_contiguous()
-    fused = kernels.FusedAdamW(ours, lr=1e-2, amsgrad=True)
-    plain = torch.optim.AdamW(theirs, lr=1e-2, amsgrad=True, foreach=False)
+    tracker = BoundTracker(
+        kernels.FusedAdamW(ours, lr=1e-2, amsgrad=True),
+        torch.optim.AdamW(theirs, lr=1e-2, amsgrad=True, foreach=False),
+    )
     for _ in range(5):
         grads = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in base]
         for p, q, grad in zip(ours, theirs, grads, strict=True):
             p.grad, q.grad = grad.clone(), grad.clone()
-        fused.step()
-        plain.step()
-    for p, q in zip(ours, theirs, strict=True):
-        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-6)
+        tracker.step()
+    assert_follows(tracker, "FusedAdamW (complex, strided) vs torch.optim, 5 steps")
     assert ("ht_adamw_float32", 24) in kernel_path_on_cpu.launches  # the complex one, as pairs
 
 
-def test_loads_a_torch_adamw_state_dict(training, snapshot, assert_follows) -> None:
+def test_loads_a_torch_adamw_state_dict(training, assert_follows) -> None:
     model, plain = training.run(lambda p: torch.optim.AdamW(p, foreach=False), 5)
     fused = kernels.FusedAdamW(model.parameters())
-    fused.load_state_dict(plain.state_dict())
-    training.steps(model, fused, 5)
-    expected = training.run(lambda p: torch.optim.AdamW(p, foreach=False), 10)
-    assert_follows(snapshot(model, fused), snapshot(*expected))
+    fused.load_state_dict(copy.deepcopy(plain.state_dict()))  # loading keeps the tensors
+    going_on = copy.deepcopy(model)
+    torch_going_on = torch.optim.AdamW(going_on.parameters(), foreach=False)
+    torch_going_on.load_state_dict(copy.deepcopy(plain.state_dict()))
+    tracker = BoundTracker(fused, torch_going_on)
+    label = "FusedAdamW from a torch.optim state vs torch.optim, 5 steps"
+    training.steps_together([model, going_on], tracker, 5, lambda t: assert_follows(t, label))
 
 
 def test_rejects_what_torch_rejects() -> None:

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from kernels import _cupy, _source, _specs
+from hoptune.kernels import _cupy, _source, _specs
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels import _cupy, _source, _specs
+from hoptune.kernels import _cupy, _source, _specs
 
 
 @pytest.mark.parametrize("dtype", list(_source.DTYPES))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels
-from kernels import _cupy, _dispatch
+from hoptune import kernels
+from hoptune.kernels import _cupy, _dispatch
 
 CUDA = torch.device("cuda", 0)
 
@@ -122,7 +122,7 @@ def test_strided_tensors_on_the_kernel_path_fall_back_with_a_reason(
 def test_kernels_import_and_run_without_cupy() -> None:
     code = (
         "import sys; sys.modules['cupy'] = None\n"  # any 'import cupy' now fails
-        "import torch, kernels\n"
+        "import torch\nfrom hoptune import kernels\n"
         "p = torch.ones(3, requires_grad=True)\n"
         "opt = kernels.make_optimizer('fused_adamw', [p])\n"
         "kernels.scaled_sigmoid(p, 2.0).sum().backward()\n"

@@ -1,25 +1,32 @@
-"""The .cuh math built for the host with gcc matches the torch reference element by element."""
+"""The .cuh math built for the host with gcc matches the torch reference within the error model.
+
+Element by element, each output within the bound that kernels.adamw_bound and its
+siblings derive from the operands (correct code rounds apart by that much at most).
+"""
 
 from __future__ import annotations
 
 import math
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels import reference
-from kernels.reference import AdamWScalars, SGDScalars
+from hoptune import kernels
+from hoptune.kernels import reference
+from hoptune.kernels.reference import AdamWScalars, SGDScalars
 
 HARNESS = Path(__file__).with_name("host_harness.c")
 HEADERS = Path(kernels.__file__).parent
 N = 4096
-# float32 as the issue asks; float64 to the precision its exp and sqrt allow.
-RTOL = {torch.float32: 1e-6, torch.float64: 1e-12}
+#: The last CANCELLING elements of the optimizer tests are cancellation cases made on
+#: purpose: ordinary inputs, and a param at (or next to) the root of the step's
+#: update, so that param + lr * update (nearly) cancels.
+CANCELLING = 512
 NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 
 
@@ -93,20 +100,46 @@ def run(
     }
 
 
-def assert_matches(got: torch.Tensor, want: torch.Tensor, inputs: dict[str, torch.Tensor]) -> None:
-    """Equal, both NaN, or within RTOL relative, element by element."""
-    rtol = RTOL[want.dtype]
-    with np.errstate(all="ignore"):
-        close = (got - want).abs() <= rtol * want.abs()
-        ok = (got == want) | (got.isnan() & want.isnan()) | close
-    if not ok.all():
-        bad = (~ok).nonzero().flatten()[:5].tolist()
-        detail = [
-            {"i": i, "got": got[i].item(), "want": want[i].item()}
-            | {k: v[i].item() for k, v in inputs.items()}
-            for i in bad
-        ]
-        pytest.fail(f"{int((~ok).sum())} of {got.numel()} elements differ, e.g. {detail}")
+def ordinary(seed: int, n: int, *, nonnegative: bool = False) -> torch.Tensor:
+    """n float64 values of either sign and magnitudes from 1e-3 to 1e3."""
+    g = torch.Generator().manual_seed(seed)
+    values = torch.randn(n, generator=g, dtype=torch.float64)
+    values = values * 10 ** (6 * torch.rand(n, generator=g, dtype=torch.float64) - 3)
+    return values.abs() if nonnegative else values
+
+
+def with_cancellation(
+    inputs: dict[str, torch.Tensor],
+    step: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+    seed: int,
+) -> dict[str, torch.Tensor]:
+    """inputs whose last CANCELLING elements are ordinary, with a param that cancels.
+
+    The step's new param is affine in the old one, p' = a p + b (the other inputs
+    fixed), so step (the reference, run in float64) at p = 0 and p = 1 gives the
+    root -b / a; the params are set to the root times 1 + d, with d from exactly 0
+    to 1e-1, then rounded to the dtype: p' is a (near) cancellation of p and the update.
+    """
+    tail = slice(N - CANCELLING, N)
+    out = {k: v.clone() for k, v in inputs.items()}
+    for i, (name, tensor) in enumerate(out.items()):
+        tensor[tail] = ordinary(seed + i, CANCELLING, nonnegative="sq" in name).to(tensor.dtype)
+    tail64 = {k: v[tail].double() for k, v in out.items()}
+    at = [step(tail64 | {"param": torch.full((CANCELLING,), p, dtype=torch.float64)})
+          for p in (0.0, 1.0)]
+    root = -at[0] / (at[1] - at[0])
+    near = torch.tensor([0.0, 2.0**-40, -(2.0**-30), 2.0**-22, -(2.0**-20), 1e-4, -1e-2, 1e-1])
+    out["param"][tail] = (root * (1 + near.double().repeat(CANCELLING // len(near)))).to(
+        out["param"].dtype
+    )
+    return out
+
+
+def assert_cancels(inputs: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    """Most of the cancellation cases leave less than 1e-3 of |param|."""
+    tail = slice(N - CANCELLING, N)
+    small = want["param"][tail].abs() < 1e-3 * inputs["param"][tail].abs()
+    assert int(small.sum()) >= CANCELLING // 2
 
 
 DTYPES = [torch.float32, torch.float64]
@@ -125,27 +158,38 @@ ADAMW_CASES = [
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", ADAMW_CASES, ids=str)
-def test_adamw(harness, tmp_path, dtype, case) -> None:
+def test_adamw(harness, tmp_path, within_bound, dtype, case) -> None:
     case = dict(case)
     amsgrad, maximize = case.pop("amsgrad"), case.pop("maximize")
     scalars = AdamWScalars.for_step(**case)
-    inputs = {
+
+    def step(t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        t = {k: v.clone() for k, v in t.items()}
+        reference.adamw_step_(
+            t["param"], t["grad"], t["exp_avg"], t["exp_avg_sq"],
+            t["max_exp_avg_sq"] if amsgrad else None, scalars, maximize=bool(maximize),
+        )
+        return t
+
+    inputs = with_cancellation({
         "param": awkward(1, dtype),
         "grad": awkward(2, dtype),
         "exp_avg": awkward(3, dtype),
         "exp_avg_sq": awkward(4, dtype, nonnegative=True),
         "max_exp_avg_sq": awkward(5, dtype, nonnegative=True),
-    }
+    }, lambda t: step(t)["param"], seed=20)
     names = ["param", "exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if amsgrad else [])
     got = run(harness[dtype], tmp_path / "run", "adamw",
               (*scalars.as_tuple(), amsgrad, maximize), inputs, names)
-    want = {k: v.clone() for k, v in inputs.items()}
-    reference.adamw_step_(
-        want["param"], want["grad"], want["exp_avg"], want["exp_avg_sq"],
-        want["max_exp_avg_sq"] if amsgrad else None, scalars, maximize=bool(maximize),
+    want = step(inputs)
+    bound = kernels.adamw_bound(
+        inputs["param"], inputs["grad"], inputs["exp_avg"], inputs["exp_avg_sq"],
+        inputs["max_exp_avg_sq"] if amsgrad else None, scalars, maximize=bool(maximize),
     )
     for name in names:
-        assert_matches(got[name], want[name], inputs)
+        within_bound(got[name], want[name], bound[name], kernel=f"adamw.cuh {name} (one step)",
+                     inputs=inputs)
+    assert_cancels(inputs, want)
 
 
 SGD_KEYS = ("lr", "weight_decay", "momentum", "dampening", "nesterov", "first_step", "maximize")
@@ -162,48 +206,62 @@ SGD_CASES = [
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", SGD_CASES, ids=str)
-def test_sgd(harness, tmp_path, dtype, case) -> None:
+def test_sgd(harness, tmp_path, within_bound, dtype, case) -> None:
     case = dict(case)
     flags = (case.pop("nesterov"), case.pop("first_step"), case.pop("maximize"))
     scalars = SGDScalars.for_group(**case)
-    inputs = {
+    options = {"nesterov": bool(flags[0]), "first_step": bool(flags[1]),
+               "maximize": bool(flags[2])}
+    momentum = case["momentum"] != 0
+
+    def step(t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        t = {k: v.clone() for k, v in t.items()}
+        reference.sgd_step_(t["param"], t["grad"], t["momentum_buffer"] if momentum else None,
+                            scalars, **options)
+        return t
+
+    inputs = with_cancellation({
         "param": awkward(6, dtype),
         "grad": awkward(7, dtype),
         "momentum_buffer": awkward(8, dtype),
-    }
-    names = ["param", "momentum_buffer"] if case["momentum"] else ["param"]
+    }, lambda t: step(t)["param"], seed=30)
+    names = ["param", "momentum_buffer"] if momentum else ["param"]
     got = run(harness[dtype], tmp_path / "run", "sgd", (*scalars.as_tuple(), *flags), inputs, names)
-    want = {k: v.clone() for k, v in inputs.items()}
-    reference.sgd_step_(
-        want["param"], want["grad"], want["momentum_buffer"] if case["momentum"] else None,
-        scalars, nesterov=bool(flags[0]), first_step=bool(flags[1]), maximize=bool(flags[2]),
-    )
+    want = step(inputs)
+    bound = kernels.sgd_bound(inputs["param"], inputs["grad"],
+                              inputs["momentum_buffer"] if momentum else None, scalars, **options)
     for name in names:
-        assert_matches(got[name], want[name], inputs)
+        within_bound(got[name], want[name], bound[name], kernel=f"sgd.cuh {name} (one step)",
+                     inputs=inputs)
+    assert_cancels(inputs, want)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("scale", [1.0, 5.0, 1e-3])
-def test_scaled_sigmoid_and_its_gradient(harness, tmp_path, dtype, scale) -> None:
+def test_scaled_sigmoid_and_its_gradient(harness, tmp_path, within_bound, dtype, scale) -> None:
     x = awkward(9, dtype)
     x[3:6] = torch.tensor([-math.inf, 88.0, -104.0])  # saturation, and a subnormal exp in float32
     grad_out = awkward(10, dtype)
     got = run(harness[dtype], tmp_path / "forward", "scaled_sigmoid", (scale,), {"x": x}, ["y"])
-    assert_matches(got["y"], reference.scaled_sigmoid(x, scale), {"x": x})
+    within_bound(got["y"], reference.scaled_sigmoid(x, scale),
+                 kernels.scaled_sigmoid_bound(x, scale),
+                 kernel="scaled_sigmoid.cuh (one call)", inputs={"x": x})
     got = run(harness[dtype], tmp_path / "backward", "scaled_sigmoid_grad", (scale,),
               {"x": x, "grad_out": grad_out}, ["grad_x"])
-    want = reference.scaled_sigmoid_grad(x, grad_out, scale)
-    assert_matches(got["grad_x"], want, {"x": x, "grad_out": grad_out})
+    within_bound(got["grad_x"], reference.scaled_sigmoid_grad(x, grad_out, scale),
+                 kernels.scaled_sigmoid_grad_bound(x, grad_out, scale),
+                 kernel="scaled_sigmoid_grad (one call)", inputs={"x": x, "grad_out": grad_out})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("coef", [1.0, 0.37, 1e-20, 0.0])
-def test_scale(harness, tmp_path, dtype, coef) -> None:
+def test_scale(harness, tmp_path, within_bound, dtype, coef) -> None:
     values = awkward(11, dtype)
     got = run(harness[dtype], tmp_path / "run", "scale", (coef,), {"values": values}, ["values"])
     want = values.clone()
     reference.scale_(want, torch.tensor(coef, dtype=dtype))
-    assert_matches(got["values"], want, {"values": values})
+    within_bound(got["values"], want, kernels.scale_bound(values, coef),
+                 kernel="scale.cuh (one call)", inputs={"values": values})
 
 
 def test_tensor_of_finds_each_elements_tensor(harness, tmp_path) -> None:
@@ -216,3 +274,4 @@ def test_tensor_of_finds_each_elements_tensor(harness, tmp_path) -> None:
     assert got == {}
     assert tensor.tolist() == want.tolist()
     assert set(tensor.tolist()) == {0, 2, 3, 5}  # the empty tensors 1 and 4 own nothing
+

@@ -5,7 +5,7 @@ import inspect
 import pytest
 import torch
 
-import kernels
+from hoptune import kernels
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from regions import RegionConfig, Store, load_config
+from hoptune.core import Store
+from hoptune.regions import RegionConfig, load_config
 
 HEADER = """\
 [defaults]

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from regions import ConfigError, Pruner, RatingColumns, RegionConfig, TabularColumns, load_config
+from hoptune.core import ConfigError
+from hoptune.regions import Pruner, RatingColumns, RegionConfig, TabularColumns, load_config
 
 EXAMPLE = """\
 [defaults]

@@ -4,8 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from regions import DataError, load_config
-from regions._data import read_table
+from hoptune.core import DataError
+from hoptune.regions import load_config
+from hoptune.regions._data import read_table
 
 GOOD = "user_id,item_id,rating\nu1,i1,1\n007,i2,5.0\nu2, i1 ,2.5\n"
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from regions import (
-    ConfigError,
+from hoptune.core import ConfigError
+from hoptune.regions import (
     get_family,
     ingest,
     iter_batches,
@@ -12,7 +12,7 @@ from regions import (
     load_validation,
     write_ratings,
 )
-from regions._models import _to_range
+from hoptune.regions._models import _to_range
 
 TINY = "tests.regions.tiny_factory"
 
@@ -100,10 +100,18 @@ def test_evaluate_restores_training_mode_and_tracks_no_gradient(tabular_region, 
     family.evaluate(model, validation)
     assert not model.training
     assert all(p.grad is None for p in model.parameters())
+    # no autograd graph is built: every forward pass of the evaluation runs without one
+    graphs: list[bool] = []
+    model.register_forward_hook(
+        lambda _module, _inputs, output: graphs.append(torch.is_grad_enabled()
+                                                       or output.requires_grad))
+    with torch.enable_grad():
+        family.evaluate(model, validation)
+    assert graphs and not any(graphs)
 
 
 def test_rating_loss_adds_regularisation_of_the_batch_vectors():
-    from regions._families import _RatingMFFamily
+    from hoptune.regions._families import _RatingMFFamily
 
     family = _RatingMFFamily("rating")
     meta = {"n_users": 3, "n_items": 2, "rating_range": [1.0, 5.0], "rating_mean": 3.0}
@@ -129,7 +137,7 @@ def test_to_range_maps_scores_into_the_rating_range():
 
 
 def test_rating_model_reaches_a_million_parameters():
-    from regions._families import _RatingMFFamily
+    from hoptune.regions._families import _RatingMFFamily
 
     meta = {"n_users": 20000, "n_items": 12000, "rating_range": [1.0, 5.0], "rating_mean": 3.5}
     model = _RatingMFFamily("rating").build({"embedding_dim": 32}, meta)

@@ -4,16 +4,8 @@ import pandas as pd
 import pytest
 import torch
 
-from regions import (
-    DataError,
-    Store,
-    StoreError,
-    ingest,
-    load_id_maps,
-    load_shard,
-    load_validation,
-    read_manifest,
-)
+from hoptune.core import DataError, Store, StoreError
+from hoptune.regions import ingest, load_id_maps, load_shard, load_validation, read_manifest
 
 MANIFEST_KEYS = {
     "region",

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from regions._shards import split_rows, validation_size
+from hoptune.regions._shards import split_rows, validation_size
 
 
 def table(rows: int = 103) -> pd.DataFrame:

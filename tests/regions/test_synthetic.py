@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 import torch
 
-from regions import (
-    Store,
+from hoptune.core import Store
+from hoptune.regions import (
     get_family,
     ingest,
     iter_batches,

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from regions import StoreError, ingest, iter_batches, load_shard, load_validation
+from hoptune.core import StoreError
+from hoptune.regions import ingest, iter_batches, load_shard, load_validation
 
 
 def test_rating_tensors(rating_region, store):

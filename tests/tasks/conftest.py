@@ -40,10 +40,16 @@ rating_range = [1.0, 5.0]
 """
 
 
+#: Liveness bounds of seconds, not minutes, for tests that kill workers.
+FAST_LIVENESS = {"HOPTUNE_HEARTBEAT_SECONDS": "0.5", "HOPTUNE_LIVENESS_SECONDS": "4",
+                 "HOPTUNE_SWEEP_SECONDS": "1", "HOPTUNE_RESEND_SECONDS": "3",
+                 "HOPTUNE_TAKEOVER_SECONDS": "4"}
+
+
 @pytest.fixture
 def make_config(home: Path) -> Callable[..., Path]:
     """Write synthetic ratings for each region and a configuration file; returns its path."""
-    from regions import write_ratings
+    from hoptune.regions import write_ratings
 
     def make(regions: tuple[str, ...] = ("north",), *, shards: int = 2, epochs: int = 2,
              trials: int = 4, parallel: int = 2, rows: int = 3000, batch_size: int = 128) -> Path:
@@ -60,10 +66,28 @@ def make_config(home: Path) -> Callable[..., Path]:
     return make
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, home) -> str:
+    """The study database of the test: the SQLite default, or the PostgreSQL server."""
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+        monkeypatch.setenv("HOPTUNE_DATABASE_URL", url)
+        yield url
+        from hoptune.tuner import StudyDB, metadata
+
+        db = StudyDB(url)
+        metadata.drop_all(db.engine)
+        with db.engine.begin() as conn:  # the next test starts from an empty database
+            conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
+        db.dispose()
+    else:
+        yield "sqlite"
+
+
 @pytest.fixture
 def rt(home: Path):  # noqa: ANN201 - tasks.Runtime
-    from regions import Settings
-    from tasks import Runtime
+    from hoptune.core import Settings
+    from hoptune.tasks import Runtime
 
     runtime = Runtime(Settings.from_env(), worker="test")
     yield runtime
@@ -73,13 +97,13 @@ def rt(home: Path):  # noqa: ANN201 - tasks.Runtime
 @pytest.fixture
 def cluster(redis_url: str, home: Path):  # noqa: ANN201 - a starter of LocalCluster
     """Start real `hoptune worker` processes on the test Redis; stopped after the test."""
-    from tasks import app
-    from tasks._cluster import LocalCluster
+    from hoptune.tasks import app
+    from hoptune.tasks._cluster import LocalCluster
 
     started: list[LocalCluster] = []
 
     def start(shards: dict[str, int], workers: int = 2) -> LocalCluster:
-        c = LocalCluster(shards, workers, env={"HOPTUNE_BROKER_URL": redis_url},
+        c = LocalCluster(shards, workers, env={"HOPTUNE_BROKER_URL": redis_url, **FAST_LIVENESS},
                          log_dir=home / "logs", loglevel="INFO")
         started.append(c)
         c.start()

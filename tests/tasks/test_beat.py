@@ -8,8 +8,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from regions import load_config
-from tasks._beat import beat_schedule, next_nightly
+from hoptune.regions import load_config
+from hoptune.tasks._beat import beat_schedule, next_nightly
 
 CONFIG = """[schedule]
 cron = "{cron}"
@@ -49,7 +49,7 @@ def test_next_nightly_run_follows_cron_and_time_zone(tmp_path: Path) -> None:
 
 def test_beat_dry_run_prints_the_schedule(tmp_path: Path) -> None:
     _config(tmp_path, "15 3 * * *")
-    result = subprocess.run([sys.executable, "-m", "tasks.cli", "beat", "--dry-run"],
+    result = subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", "beat", "--dry-run"],
                             cwd=tmp_path, text=True, capture_output=True, timeout=120,
                             env={**os.environ, "HOPTUNE_HOME": str(tmp_path / "h")})
     assert result.returncode == 0, result.stderr

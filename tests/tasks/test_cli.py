@@ -22,7 +22,7 @@ rating_range = [1.0, 5.0]
 
 
 def hoptune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tasks.cli", *args], cwd=cwd, text=True,
+    return subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", *args], cwd=cwd, text=True,
                           capture_output=True, env=os.environ.copy(), timeout=120)
 
 
@@ -32,7 +32,7 @@ def files(folder: Path) -> set[str]:
 
 @pytest.fixture
 def project(home: Path) -> Path:
-    from regions import write_ratings
+    from hoptune.regions import write_ratings
 
     write_ratings(home / "data" / "north.csv", n_users=50, n_items=40, n_rows=500, rank=2,
                   noise=0.3, seed=1)
@@ -145,8 +145,14 @@ lr = { type = "real", low = 0.001, high = 0.3, prior = "log" }
         ('lr = { type = "float", low = 0.1, high = 0.2 }',
          "hoptune.toml: regions.north.space.lr: unknown type 'float' "
          "(expected one of: categorical, int, real)"),
+        # the family's names are checked before the data is ingested, not after
+        ('batch_size = { type = "int", low = 32, high = 256 }',
+         "hoptune.toml: region 'north': space: family 'rating_mf' has no parameter "
+         "'batch_size' (known: amsgrad, beta1, beta2, dampening, embedding_dim, eps, "
+         "init_std, lr, momentum, nesterov, reg, weight_decay)"),
     ],
-    ids=["low-not-below-high", "log-of-zero", "empty-choices", "unknown-type"],
+    ids=["low-not-below-high", "log-of-zero", "empty-choices", "unknown-type",
+         "not-a-family-parameter"],
 )
 def test_tune_with_a_bad_space_writes_no_study(project: Path, space: str, message: str) -> None:
     (project / "hoptune.toml").write_text(CONFIG.replace("[regions.north]", f"""[defaults.space]
@@ -156,7 +162,7 @@ def test_tune_with_a_bad_space_writes_no_study(project: Path, space: str, messag
     result = hoptune("tune", "north", "--no-progress", cwd=project)
     assert (result.returncode, result.stderr) == (2, f"hoptune: error: {message}\n")
     assert files(project / "store") == set()
-    from tuner._db import StudyDB
+    from hoptune.tuner import StudyDB
 
     assert StudyDB(f"sqlite:///{project / 'studies.db'}").studies() == []
 
@@ -183,3 +189,27 @@ def test_tune_unknown_region(project: Path) -> None:
     assert (result.returncode, result.stderr) == (
         2, "hoptune: error: hoptune.toml: no region 'west' (known: north)\n")
     assert not (project / "studies.db").exists()
+
+
+def test_local_workers_never_import_a_users_modules_of_the_same_names(project: Path) -> None:
+    """A Celery project's own tasks.py (or tuner.py, …) in the working folder is not hoptune's."""
+    with (project / "hoptune.toml").open("a") as f:
+        f.write('epochs = 1\nspace = { lr = { type = "real", low = 0.01, high = 0.1 } }\n')
+    for name in ("tasks", "tuner", "regions", "kernels", "core", "hoptune"):
+        (project / f"{name}.py").write_text(f"raise RuntimeError('user module {name}.py ran')\n")
+    done = subprocess.run(
+        ["hoptune", "tune", "north", "--local-workers", "2", "--trials", "2", "--parallel", "2",
+         "--no-progress"],
+        cwd=project, text=True, capture_output=True, env=os.environ.copy(), timeout=240)
+    output = done.stdout + done.stderr
+    logs = "".join(p.read_text() for p in project.rglob("*.log"))
+    assert "user module" not in output + logs
+    assert done.returncode == 0, output
+
+    from hoptune.tuner import StudyDB
+
+    db = StudyDB(f"sqlite:///{project / 'studies.db'}", create=False)
+    (study,) = db.studies("north")
+    assert study["state"] == "done"
+    assert db.counts(study["id"])["done"] + db.counts(study["id"])["pruned"] == 2
+    db.dispose()

@@ -61,7 +61,7 @@ class Flower:
                         HOPTUNE_FLOWER_PASSWORD=PASSWORD)
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tasks.cli", "flower", "--port", str(self.port)],
+                [sys.executable, "-m", "hoptune.tasks.cli", "flower", "--port", str(self.port)],
                 cwd=home, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def api(self, path: str) -> Any:
@@ -126,9 +126,10 @@ def hop_tasks(tasks: dict[str, dict[str, Any]], study: int) -> dict[tuple, tuple
 @pytest.mark.integration
 def test_flower_shows_the_hops_of_a_study_behind_basic_auth(make_config, rt, cluster,
                                                              flower: Flower) -> None:
-    from regions import Store, ingest, load_config
-    from tasks import app, create_study
-    from tasks._driver import follow, start_studies
+    from hoptune.core import Store
+    from hoptune.regions import ingest, load_config
+    from hoptune.tasks import app, create_study
+    from hoptune.tasks._driver import follow, start_studies
 
     region = load_config(make_config(shards=2, epochs=1, rows=1500)).region("north")
     manifest = ingest(region, Store(rt.settings.store_url)).manifest
@@ -150,6 +151,11 @@ def test_flower_shows_the_hops_of_a_study_behind_basic_auth(make_config, rt, clu
             break
         time.sleep(0.5)
     assert seen == expected  # every hop, with its region and trial, on the worker that ran it
+    # each worker's page shows the device it trains on and its kernels (stats, "Other" tab)
+    shown = flower.api("/api/workers?refresh=1")
+    for name in workers.names:
+        info = shown[name]["stats"]["hoptune"]
+        assert info["device"] == "cpu" and info["kernels"] == "auto", info
 
     assert get(f"{flower.base}/api/tasks")[0] == 401
     assert get(f"{flower.base}/api/tasks", (USER, "wrong"))[0] == 401
@@ -161,7 +167,7 @@ def test_flower_shows_the_hops_of_a_study_behind_basic_auth(make_config, rt, clu
 def refused(home: Path, args: tuple[str, ...], env: dict[str, str]
             ) -> subprocess.CompletedProcess[str]:
     """`hoptune flower` expected to refuse at once: a Flower that started would time out."""
-    result = subprocess.run([sys.executable, "-m", "tasks.cli", "flower", *args], cwd=home,
+    result = subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", "flower", *args], cwd=home,
                             env=env, text=True, capture_output=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
@@ -170,7 +176,7 @@ def refused(home: Path, args: tuple[str, ...], env: dict[str, str]
 
 def test_flower_on_a_cluster_refuses_to_start_without_credentials(home: Path) -> None:
     result = refused(home, ("--port", str(free_port())),
-                     clean_env(HOPTUNE_BROKER_URL="redis://127.0.0.1:6379/13"))
+                     clean_env(HOPTUNE_BROKER_URL="redis://127.0.0.1:1/0"))
     assert result.stderr == (
         "hoptune: error: flower on a cluster (HOPTUNE_BROKER_URL is set) needs HTTP basic "
         "auth: set HOPTUNE_FLOWER_USER and HOPTUNE_FLOWER_PASSWORD\n")

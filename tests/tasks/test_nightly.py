@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner._db import NightlyRecords
+from hoptune.tuner import NightlyRecords
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 def hoptune(home: Path, redis_url: str, *args: str, timeout: float = 300
             ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOPTUNE_BROKER_URL": redis_url}
-    return subprocess.run([sys.executable, "-m", "tasks.cli", *args], cwd=home, env=env,
+    return subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", *args], cwd=home, env=env,
                           text=True, capture_output=True, timeout=timeout)
 
 
@@ -30,49 +30,103 @@ def champion(store: Path, region: str) -> str:
     return json.loads((store / "models" / region / "champion.json").read_text())["version"]
 
 
+NIGHT = """
+[defaults]
+shards = 2
+epochs = 2
+batch_size = 128
+seed = 3
+validation_fraction = 0.2
+trials = 2
+parallel = 2
+[defaults.params]
+embedding_dim = 8
+reg = 0.0001
+[defaults.pruner]
+reduction_factor = 2
+min_epochs = 1
+"""
+
+# a learning rate that barely moves the model in two epochs, and one that trains it
+POOR, GOOD = (1e-4, 1.2e-4), (0.03, 0.05)
+
+
+def write_night(home: Path, lr: dict[str, tuple[float, float]]) -> None:
+    """The configuration of one night: each region's search space confined to an lr range."""
+    text = NIGHT
+    for region, (low, high) in lr.items():
+        text += f"""
+[regions.{region}]
+data = "data/{region}.csv"
+family = "rating_mf"
+task = "rating"
+columns = {{ user = "user_id", item = "item_id", rating = "rating" }}
+rating_range = [1.0, 5.0]
+space = {{ lr = {{ type = "real", low = {low}, high = {high} }} }}
+"""
+    (home / "hoptune.toml").write_text(text)
+
+
 def test_two_nights_promote_only_where_the_metric_improved(make_config, rt, cluster, home,
                                                            redis_url) -> None:
-    make_config(("north", "south"), shards=2, epochs=2, trials=4, parallel=2)
-    cluster({"north": 2, "south": 2}, workers=2)
+    """Night two is made to beat the champion in north, to lose in south, and brings new data
+    (other users and items, which the champion cannot score) to east."""
+    from hoptune.regions import write_ratings
+
+    regions = ("north", "south", "east")
+    make_config(regions)  # the data of the first night
+    cluster({r: 2 for r in regions}, workers=2)
     store = home / "store"
 
+    write_night(home, {"north": POOR, "south": GOOD, "east": GOOD})
     first = hoptune(home, redis_url, "nightly", "--no-progress")
     assert first.returncode == 0, first.stdout + first.stderr
     records = NightlyRecords(rt.db)
     (run1,) = records.runs()
     assert run1["state"] == "done"
-    for region in ("north", "south"):
+    for region in regions:
         assert champion(store, region) == "v0001"
         first_card = card(store, region, "v0001")
         assert first_card["previous"] is None
         assert (store / "models" / region / "v0001" / "weights.pt").is_file()
         assert first_card["visit_orders"] and first_card["data_hash"]
     assert {r["region"]: (r["state"], r["ingested"]) for r in records.regions(run1["id"])} == {
-        "north": ("promoted", 1), "south": ("promoted", 1)}
+        region: ("promoted", 1) for region in regions}
 
+    write_night(home, {"north": GOOD, "south": POOR, "east": GOOD})
+    write_ratings(home / "data" / "east.csv", n_users=90, n_items=70, n_rows=3000, rank=3,
+                  noise=0.3, seed=99)
     second = hoptune(home, redis_url, "nightly", "--no-progress")
     assert second.returncode == 0, second.stdout + second.stderr
     run2 = records.runs()[-1]
     assert run2["state"] == "done" and run2["id"] != run1["id"]
-    for row in records.regions(run2["id"]):
-        assert row["ingested"] == 0  # the data did not change: nothing re-ingested
+    rows = {r["region"]: r for r in records.regions(run2["id"])}
+    assert {name: (r["state"], r["ingested"]) for name, r in rows.items()} == {
+        "north": ("promoted", 0), "south": ("kept", 0), "east": ("promoted", 1)}
+    decisions = {}
+    for name, row in rows.items():
         study = rt.db.study(row["study_id"])
         parent = rt.db.study(study["parent_id"])  # warm-started from the first night
-        assert parent["nightly_run_id"] == run1["id"] and parent["region"] == row["region"]
-        decision = study["promotion"]
-        held = decision["champion_metric"]
-        assert decision["champion"] == "v0001" and held is not None
-        if decision["promoted"]:
-            assert row["state"] == "promoted"
-            assert champion(store, row["region"]) == "v0002"
-            new = card(store, row["region"], "v0002")
-            assert new["metric"] < held  # RMSE: lower is better, on the same data
-            assert new["previous"] == "v0001" and new["previous_metric"] == held
-        else:
-            assert row["state"] == "kept"
-            assert champion(store, row["region"]) == "v0001"
-            assert not (store / "models" / row["region"] / "v0002").exists()
-            assert decision["challenger_metric"] >= held
+        assert parent["nightly_run_id"] == run1["id"] and parent["region"] == name
+        decisions[name] = study["promotion"]
+        assert decisions[name]["champion"] == "v0001"
+
+    # north: the challenger beat the champion on the same validation data
+    held = decisions["north"]["champion_metric"]
+    assert champion(store, "north") == "v0002"
+    new = card(store, "north", "v0002")
+    assert new["metric"] < held  # RMSE: lower is better
+    assert new["previous"] == "v0001" and new["previous_metric"] == held
+    assert new["params"]["lr"] >= GOOD[0]
+    # south: the champion stays; the challenger did not beat it
+    assert champion(store, "south") == "v0001"
+    assert not (store / "models" / "south" / "v0002").exists()
+    assert decisions["south"]["challenger_metric"] >= decisions["south"]["champion_metric"]
+    # east: the champion cannot score the new data, so the challenger replaces it
+    assert champion(store, "east") == "v0002"
+    assert decisions["east"]["champion_metric"] is None
+    assert "cannot score this data" in decisions["east"]["reason"]
+    assert card(store, "east", "v0002")["data_hash"] != card(store, "east", "v0001")["data_hash"]
 
     models = hoptune(home, redis_url, "models")
     assert models.returncode == 0 and "v0001" in models.stdout
@@ -94,7 +148,7 @@ def test_two_nights_promote_only_where_the_metric_improved(make_config, rt, clus
 def test_a_second_nightly_run_at_once_refuses(make_config, rt, home, redis_url) -> None:
     make_config(("north", "south"), shards=2, epochs=1, trials=2, parallel=2)
     env = {**os.environ, "HOPTUNE_BROKER_URL": redis_url}
-    runs = [subprocess.Popen([sys.executable, "-m", "tasks.cli", "nightly", "--detach"],
+    runs = [subprocess.Popen([sys.executable, "-m", "hoptune.tasks.cli", "nightly", "--detach"],
                              cwd=home, env=env, text=True, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE) for _ in range(2)]
     results = [(p.wait(120), *p.communicate()) for p in runs]

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
-from tasks import choose_visit_order
+import json
+import os
+import subprocess
+import sys
+
+from hoptune.tasks import choose_visit_order
 
 
 def test_every_shard_exactly_once() -> None:
@@ -10,9 +15,32 @@ def test_every_shard_exactly_once() -> None:
             assert sorted(order) == list(range(shards))
 
 
-def test_deterministic_for_same_inputs() -> None:
-    others = [([2, 0, 1, 3], 1)]
-    assert choose_visit_order(4, 3, 1, others) == choose_visit_order(4, 3, 1, others)
+CASES = [(shards, seed, epoch, others) for shards in (2, 5, 8) for seed in (0, 3, 12345)
+         for epoch in (0, 1, 7) for others in ([], [([1, 0] + list(range(2, shards)), 1)])]
+
+_IN_ANOTHER_PROCESS = """
+import json, sys
+from hoptune.tasks import choose_visit_order
+cases = json.loads(sys.stdin.read())
+print(json.dumps([choose_visit_order(n, s, e, [tuple(o) for o in others])
+                  for n, s, e, others in cases]))
+"""
+
+
+def _orders_in_a_new_process(hash_seed: str) -> list[list[int]]:
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    done = subprocess.run([sys.executable, "-c", _IN_ANOTHER_PROCESS], input=json.dumps(CASES),
+                          env=env, text=True, capture_output=True, timeout=120, check=True)
+    return json.loads(done.stdout)
+
+
+def test_the_same_inputs_give_the_same_order_in_every_process() -> None:
+    """A recorded order must replay anywhere: no hash randomisation, no process state."""
+    here = [choose_visit_order(n, s, e, others) for n, s, e, others in CASES]
+    assert here == [choose_visit_order(n, s, e, others) for n, s, e, others in CASES]
+    assert _orders_in_a_new_process("1") == here
+    assert _orders_in_a_new_process("2") == here
+    assert len({tuple(o) for o in here}) > 10  # the orders do depend on the inputs
 
 
 def test_concurrent_trials_start_on_distinct_shards_and_never_meet() -> None:

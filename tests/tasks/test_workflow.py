@@ -7,31 +7,16 @@ import threading
 
 import pytest
 
-from regions import Settings, Store, ingest, load_config
-from tasks import Runtime, create_study, run_inline, tune_step
-from tasks._hop import tune_step_dispatch
-from tuner import AshaPruner
+from hoptune.core import Settings, Store
+from hoptune.regions import ingest, load_config
+from hoptune.tasks import Runtime, create_study, run_inline, tune_step
+from hoptune.tasks._messages import tune_step_dispatch
+from hoptune.tuner import AshaPruner
 
 
 def _region(make_config, rt, **kw):  # noqa: ANN001, ANN202
     region = load_config(make_config(**kw)).region("north")
     return region, ingest(region, Store(rt.settings.store_url)).manifest
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, home) -> str:
-    """The study database of the test: the SQLite default, or the PostgreSQL server."""
-    if request.param == "postgresql":
-        url = request.getfixturevalue("postgres_url")
-        monkeypatch.setenv("HOPTUNE_DATABASE_URL", url)
-        yield url
-        from tuner._db import StudyDB, metadata
-
-        db = StudyDB(url)
-        metadata.drop_all(db.engine)
-        db.dispose()
-    else:
-        yield "sqlite"
 
 
 def test_two_tune_steps_at_once_never_overfill_or_propose_twice(make_config, backend) -> None:
@@ -103,8 +88,7 @@ def _seed_parent(rt, region, manifest, good_lr: float) -> int:  # noqa: ANN001
     for tid, (params, _) in zip(ids, entries, strict=True):
         rt.db.start_epoch(tid, 0, [0, 1])
         metric = 0.5 + (math.log10(params["lr"]) - math.log10(good_lr)) ** 2
-        rt.db.record_metric(tid, 0, metric, minimize=True)
-        rt.db.end_trial(tid, "done")
+        rt.db.end_epoch(tid, 0, metric, minimize=True, outcome="done")
     rt.db.finish_study(parent, "done")
     return parent
 
@@ -113,8 +97,9 @@ def test_a_warm_started_study_proposes_from_the_good_region(make_config, rt) -> 
     region, manifest = _region(make_config, rt, trials=8, parallel=4)
     parent = _seed_parent(rt, region, manifest, good_lr=0.02)
     warm = create_study(rt, region, manifest=manifest, parent_id=parent)
-    cold = create_study(rt, region, manifest=manifest)
     tune_step(rt, warm)
+    rt.db.finish_study(warm, "done")  # a region runs one study at a time
+    cold = create_study(rt, region, manifest=manifest)
     tune_step(rt, cold)
 
     def distance(study: int) -> list[float]:
@@ -128,8 +113,8 @@ def test_a_warm_started_study_proposes_from_the_good_region(make_config, rt) -> 
 
 @pytest.mark.parametrize("bad", ["low-high", "unknown-type"])
 def test_a_bad_space_writes_no_study(make_config, rt, bad: str) -> None:
-    from regions import ConfigError
-    from tasks._tune import open_study
+    from hoptune.core import ConfigError
+    from hoptune.tasks._tune import open_study
 
     path = make_config()
     text = path.read_text()
@@ -163,3 +148,18 @@ def test_a_remote_store_is_cached_on_local_disk(make_config, home, monkeypatch) 
     assert again.shard(manifest, 1)["rating"].equal(first["rating"])
     rt.db.dispose()
     again.db.dispose()
+
+
+def test_opening_a_study_twice_resumes_the_running_one(make_config, backend) -> None:
+    """`hoptune tune` run again finds the region's running study instead of creating another."""
+    from hoptune.tasks._tune import open_study
+
+    rt = Runtime(Settings.from_env(), worker="test")
+    config = load_config(make_config(("north", "south")))
+    first, resumed = open_study(rt, config, config.region("north"), trials=3)
+    assert resumed is False
+    assert open_study(rt, config, config.region("north")) == (first, True)
+    other, resumed = open_study(rt, config, config.region("south"))
+    assert other != first and resumed is False
+    assert [(s["region"], s["budget"]) for s in rt.db.studies()] == [("north", 3), ("south", 4)]
+    rt.db.dispose()

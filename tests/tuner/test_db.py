@@ -1,29 +1,14 @@
-"""The study database over every backend: SQLite (WAL) and PostgreSQL."""
+"""The study database over every backend (the ``db`` fixture): SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
+from datetime import timedelta
 
 import pytest
 
-from regions import StudyError
-from tuner._db import StudyDB
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> StudyDB:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'studies.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    database = StudyDB(url)
-    yield database
-    if request.param == "postgresql":
-        from tuner._db import metadata
-
-        metadata.drop_all(database.engine)
-    database.dispose()
+from hoptune.core import StudyError
+from hoptune.tuner import StudyDB, WorkerRecords, utcnow
 
 
 def _study(db: StudyDB, **kw: object) -> int:
@@ -53,28 +38,55 @@ def test_trial_epoch_and_hop_lifecycle(db: StudyDB) -> None:
     assert db.start_epoch(tid, 0, [0, 1]) == ([1, 0], False)
     assert db.trial(tid)["state"] == "running"
 
-    hop = db.begin_hop(tid, 0, 0, 1, "w0@host")
+    workers = WorkerRecords(db)
+    for name in ("w0", "w1"):
+        workers.register(f"{name}/1", name=f"{name}@host", host="host", pid=1, shards=[])
+    now = utcnow()
+    claim, hop = db.claim_hop(tid, 0, 0, 1, worker="w0@host", holder="w0/1",
+                              live_after=now - timedelta(seconds=30))
+    assert claim == "claimed"
     assert (hop["state"], hop["deliveries"], hop["interrupted"]) == ("running", 1, 0)
+    # a copy while its live holder trains it is dropped, and is no interruption
+    claim, hop = db.claim_hop(tid, 0, 0, 1, worker="w1@host", holder="w1/1",
+                              live_after=now - timedelta(seconds=30))
+    assert (claim, hop["worker"], hop["interrupted"]) == ("held", "w0@host", 0)
     assert db.finish_hop(tid, 0, 0, next_hop=(1, 0), samples=10, loss=0.5) is True
-    # a redelivered hop finds its successor queued and does not hand on again
-    again = db.begin_hop(tid, 0, 0, 1, "w1@host")
-    assert again["state"] == "done" and again["deliveries"] == 2
+    # a redelivered hop finds it done, and its successor queued: no second hand-on
+    claim, again = db.claim_hop(tid, 0, 0, 1, worker="w1@host", holder="w1/1",
+                                live_after=now - timedelta(seconds=30))
+    assert claim == "done" and again["deliveries"] == 3
     assert db.finish_hop(tid, 0, 0, next_hop=(1, 0), samples=10, loss=0.5) is False
 
-    # a delivery that finds the hop started and unfinished counts as an interruption
-    db.begin_hop(tid, 0, 1, 0, "w0@host")
-    assert db.begin_hop(tid, 0, 1, 0, "w1@host")["interrupted"] == 1
+    # a holder whose heartbeat is older than the liveness bound is gone: taken over,
+    # and counted as an interruption
+    assert db.claim_hop(tid, 0, 1, 0, worker="w0@host", holder="w0/1",
+                        live_after=now - timedelta(seconds=30))[0] == "claimed"
+    claim, hop = db.claim_hop(tid, 0, 1, 0, worker="w1@host", holder="w1/1",
+                              live_after=utcnow() + timedelta(seconds=1))
+    assert (claim, hop["worker"], hop["interrupted"]) == ("claimed", "w1@host", 1)
     db.finish_hop(tid, 0, 1, next_hop=None, samples=10, loss=0.4)
 
-    assert db.record_metric(tid, 0, 0.9, minimize=True) is True
-    assert db.record_metric(tid, 0, 0.1, minimize=True) is False
+    # an epoch's end is decided once: a second decision changes nothing
+    assert db.end_epoch(tid, 0, 0.9, minimize=True, outcome="continue", next_order=[0, 1])
+    assert not db.end_epoch(tid, 0, 0.1, minimize=True, outcome="pruned")
     trial = db.trial(tid)
-    assert (trial["epochs_done"], trial["best_metric"]) == (1, 0.9)
+    assert (trial["state"], trial["epochs_done"], trial["best_metric"]) == ("running", 1, 0.9)
+    assert db.epoch(tid, 1)["visit_order"] == [0, 1]
+    assert db.hop(tid, 1, 0)["state"] == "queued"
     assert db.rung_values(sid, 0) == [0.9]
-    assert [h["shard"] for h in db.hops(tid)] == [1, 0]
+    assert [h["shard"] for h in db.hops(tid)] == [1, 0, 0]
     assert db.end_trial(tid, "done") is True
     assert db.end_trial(tid, "failed") is False
     assert db.counts(sid)["done"] == 1
+
+
+def test_one_running_study_per_region(db: StudyDB) -> None:
+    first = _study(db)
+    with pytest.raises(StudyError, match=f"region 'north' already has a running study "
+                                         f"\\({first}\\)"):
+        _study(db)
+    db.finish_study(first, "done")
+    assert _study(db) != first
 
 
 def test_locked_study_serialises_concurrent_holders(db: StudyDB) -> None:
@@ -103,10 +115,48 @@ def test_locked_study_serialises_concurrent_holders(db: StudyDB) -> None:
 def test_stalled_trials(db: StudyDB) -> None:
     from datetime import timedelta
 
-    from tuner._db import utcnow
+    from hoptune.tuner import utcnow
 
     sid = _study(db)
     (tid,) = db.create_trials(sid, [({"lr": 0.1}, 1)])
     db.start_epoch(tid, 0, [0])
     assert db.stalled_trials(utcnow() - timedelta(seconds=60)) == []
     assert [t["id"] for t in db.stalled_trials(utcnow() + timedelta(seconds=1))] == [tid]
+
+
+def test_a_plain_postgresql_url_uses_the_installed_driver(postgres_url: str) -> None:
+    """docker-compose and most deployments write postgresql://, with no driver named."""
+    plain = "postgresql://" + postgres_url.split("://", 1)[1]
+    db = StudyDB(plain)
+    assert db.engine.dialect.driver == "psycopg2"
+    db.dispose()
+
+
+def test_deliveries_of_one_hop_at_once_are_each_counted(db: StudyDB) -> None:
+    """The claim is one atomic step: concurrent deliveries neither lose nor double a count."""
+    sid = _study(db)
+    (tid,) = db.create_trials(sid, [({"lr": 0.1}, 7)])
+    db.start_epoch(tid, 0, [0, 1])
+    workers = WorkerRecords(db)
+    for i in range(5):
+        workers.register(f"w{i}/1", name=f"w{i}@host", host="host", pid=i, shards=[])
+    live = utcnow() - timedelta(seconds=30)
+    db.claim_hop(tid, 0, 0, 0, worker="w0@host", holder="w0/1", live_after=live)
+    assert db.finish_hop(tid, 0, 0, next_hop=(1, 1), samples=10, loss=0.5) is True
+    barrier = threading.Barrier(5)
+    outcomes: list[str] = []
+
+    def deliver(i: int) -> None:
+        barrier.wait()
+        outcomes.append(db.claim_hop(tid, 0, 1, 1, worker=f"w{i}@host", holder=f"w{i}/1",
+                                     live_after=live)[0])
+
+    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    hop = db.hops(tid)[1]
+    # every delivery counted; one claims it, the others find a live holder: no interruption
+    assert sorted(outcomes) == ["claimed", "held", "held", "held", "held"]
+    assert (hop["state"], hop["deliveries"], hop["interrupted"]) == ("running", 5, 0)

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from tuner import default_initial_points, parse_space, propose, select_prior
-from tuner._space import Space
+from hoptune.tuner import default_initial_points, parse_space, propose, select_prior
+from hoptune.tuner._space import Space
 
 MIXED = parse_space(
     {
@@ -117,14 +117,21 @@ def test_a_finite_space_runs_out() -> None:
     assert propose(tiny, told, everything[4:], 3, seed=0) == []
 
 
-def test_non_finite_values_count_as_the_worst() -> None:
+@pytest.mark.parametrize("minimize", [True, False], ids=["minimize", "maximize"])
+def test_non_finite_values_count_as_the_worst(minimize: bool) -> None:
+    """A diverged trial (NaN, inf) is told as the worst finite value: exactly that, not the best."""
+    sign = 1.0 if minimize else -1.0
     points = CUBE.sample(np.random.default_rng(1), 12)
-    told = [(p, cube_loss(p)) for p in points]
-    told[0] = (told[0][0], math.nan)
-    told[1] = (told[1][0], math.inf)
-    batch = propose(CUBE, told, [], 4, seed=0)
-    assert len(batch) == 4
-    assert all(CUBE.contains(p) for p in batch)
+    # the two diverged trials sit at the optimum, where their true loss would be the best
+    points[:2] = CUBE.from_unit(np.array([OPTIMUM, OPTIMUM + 0.01]))
+    told = [(p, sign * cube_loss(p)) for p in points]
+    finite = [v for _, v in told[2:]]
+    worst = max(finite) if minimize else min(finite)
+    diverged = [(told[0][0], math.nan), (told[1][0], sign * math.inf), *told[2:]]
+    as_worst = [(told[0][0], worst), (told[1][0], worst), *told[2:]]
+    batch = propose(CUBE, diverged, [], 4, seed=0, minimize=minimize)
+    assert batch == propose(CUBE, as_worst, [], 4, seed=0, minimize=minimize)
+    assert len(batch) == 4 and all(CUBE.contains(p) for p in batch)
 
 
 def test_bad_arguments() -> None:

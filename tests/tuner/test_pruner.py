@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from regions._errors import ConfigError
-from tuner import AshaPruner
+from hoptune.core import ConfigError
+from hoptune.tuner import AshaPruner
 
 
 @pytest.mark.parametrize(

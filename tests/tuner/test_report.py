@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import tuner._db
-import tuner._report
-from regions import RegionConfig, Store, StudyError
-from tuner._db import StudyDB
-from tuner._plots import Dim
-from tuner._report import PLOTS, _dims, write_report
-from tuner._space import parse_space
+import hoptune.tuner._report
+import hoptune.tuner._studydb
+from hoptune.core import Store, StudyError
+from hoptune.regions import RegionConfig
+from hoptune.tuner import StudyDB
+from hoptune.tuner._plots import Dim
+from hoptune.tuner._report import PLOTS, _dims, write_report
+from hoptune.tuner._space import parse_space
 
 BASE = datetime(2025, 6, 1, 2, 0, tzinfo=UTC)
 SPACE = {
@@ -50,8 +51,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(tuner._db, "utcnow", fake)
-    monkeypatch.setattr(tuner._report, "utcnow", fake)
+    monkeypatch.setattr(hoptune.tuner._studydb, "utcnow", fake)
+    monkeypatch.setattr(hoptune.tuner._report, "utcnow", fake)
     return fake
 
 
@@ -103,7 +104,8 @@ def _run_pair(db: StudyDB, clock: Clock, study: dict, pair: list[Plan], t: float
                 shard, worker = order[position], workers[order[position]]
                 begin = max(round_start, free[worker])
                 clock.at(begin)
-                db.begin_hop(plan.ids[0], epoch, position, shard, worker)
+                db.claim_hop(plan.ids[0], epoch, position, shard, worker=worker, holder=worker,
+                             live_after=BASE)
                 if plan.end in ("failed", "running") and epoch == len(plan.metrics):
                     stuck.add(plan.ids[0])
                     continue
@@ -115,11 +117,13 @@ def _run_pair(db: StudyDB, clock: Clock, study: dict, pair: list[Plan], t: float
             t = max(free.values())
         t += 1.0
         clock.at(t)
-        for plan, _ in active:
+        for plan, order in active:
             if epoch < len(plan.metrics):
-                db.record_metric(plan.ids[0], epoch, plan.metrics[epoch], minimize=True)
-                if epoch + 1 == len(plan.metrics) and plan.end in ("done", "pruned"):
-                    db.end_trial(plan.ids[0], plan.end)
+                ends = epoch + 1 == len(plan.metrics) and plan.end in ("done", "pruned")
+                db.end_epoch(plan.ids[0], epoch, plan.metrics[epoch], minimize=True,
+                             outcome=plan.end if ends else "continue",
+                             next_order=None if ends else order)
+                if ends:
                     plan.ids.append(-1)  # ended
             else:
                 if plan.end == "failed":

@@ -10,8 +10,9 @@ import tomllib
 import numpy as np
 import pytest
 
-from regions._errors import ConfigError
-from tuner import CategoricalDim, IntDim, RealDim, Space, parse_space
+from hoptune.core import ConfigError
+from hoptune.tuner import CategoricalDim, IntDim, RealDim, Space, parse_space
+from hoptune.tuner._optimizer import skopt_dimensions
 
 WHERE = "regions.toml: regions.eu.space"
 
@@ -239,8 +240,8 @@ def test_canonical(space: Space) -> None:
         space.canonical({**params, "lr": 1.0})
 
 
-def test_to_skopt(space: Space) -> None:
-    dims = space.to_skopt()
+def test_skopt_dimensions(space: Space) -> None:
+    dims = skopt_dimensions(space)
     assert [d.name for d in dims] == list(space.names)
     assert list(dims[0].categories) == ["relu", "tanh"]
     assert dims[1].bounds == (8, 64)

@@ -13,7 +13,9 @@ __all__ = [
     "ConfigError",
     "DataError",
     "StoreError",
+    "CheckpointError",
     "StudyError",
+    "SchemaError",
 ]
 
 
@@ -33,5 +35,17 @@ class StoreError(HoptuneError):
     """The store (shards, checkpoints, registry) is missing something or unreachable."""
 
 
+class CheckpointError(StoreError):
+    """A checkpoint is missing, truncated or fails its checksum; ``key`` names it."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"checkpoint {key} is unreadable: {reason}")
+        self.key = key
+
+
 class StudyError(HoptuneError):
     """A study or trial is not in a state that allows the requested action."""
+
+
+class SchemaError(StudyError):
+    """The study database's schema revision is not the one this hoptune reads and writes."""

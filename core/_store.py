@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import fsspec
 
-from regions._errors import StoreError
+from hoptune.core._errors import StoreError
 
 __all__ = ["Store"]
 
@@ -98,6 +98,27 @@ class Store:
         base = self.path(prefix)
         if self.fs.exists(base):
             self.fs.rm(base, recursive=True)
+
+    def move_folder(self, source: str, target: str, *, last: str | None = None) -> None:
+        """Move the folder ``source`` to ``target``, which must not exist yet.
+
+        On a file system one rename: a reader sees the whole folder or none
+        of it. Elsewhere (object stores have no folders) each object is
+        copied, the one named ``last`` after the others, then the source goes.
+        """
+        src, dst = self.path(source), self.path(target)
+        if self.fs.exists(dst):
+            raise StoreError(f"store {self.url}: {target} exists already")
+        if self.local:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.rename(src, dst)
+            return
+        keys = self.list(source)
+        ordered = [k for k in keys if k.rsplit("/", 1)[-1] != last]
+        ordered += [k for k in keys if k.rsplit("/", 1)[-1] == last]
+        for key in ordered:
+            self.fs.copy(self.path(key), dst + key[len(source):])
+        self.delete(source)
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"

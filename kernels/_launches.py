@@ -1,0 +1,141 @@
+"""How each kernel is called: its arguments, built from tensors, and one launch.
+
+The optimizers, clipping and the scaled sigmoid launch their kernels through
+these functions, and so does the self-test, so the code a self-test checks is
+the code a hop runs. ``launch`` defaults to ``_cupy.launch``, looked up at call
+time; the self-test and the tests pass another launcher of the same signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from hoptune.kernels import _cupy
+from hoptune.kernels._multi_tensor import pointer_table
+from hoptune.kernels._source import KernelSpec
+from hoptune.kernels._specs import ADAMW, SCALE, SCALED_SIGMOID, SCALED_SIGMOID_GRAD, SGD
+from hoptune.kernels.reference import AdamWScalars, SGDScalars
+
+__all__ = [
+    "Launcher",
+    "adamw",
+    "dtype_name",
+    "run",
+    "scale",
+    "scaled_sigmoid",
+    "scaled_sigmoid_grad",
+    "sgd",
+]
+
+#: ``launch(spec, dtype name, device, args, size)``, as ``_cupy.launch``.
+Launcher = Callable[[KernelSpec, str, torch.device, Mapping[str, Any], int], None]
+
+Slot = tuple[torch.Tensor | None, ...]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def run(
+    spec: KernelSpec,
+    dtype: torch.dtype,
+    device: torch.device,
+    args: Mapping[str, Any],
+    size: int,
+    launch: Launcher | None = None,
+) -> None:
+    """Launch spec with args (one per parameter, by name)."""
+    names = [p.name for p in spec.params]
+    if sorted(args) != sorted(names):
+        raise TypeError(f"{spec.name}: expected arguments {names}, got {sorted(args)}")
+    (launch or _cupy.launch)(spec, dtype_name(dtype), device, args, size)
+
+
+def _multi_tensor(
+    spec: KernelSpec,
+    roles: Sequence[str],
+    slots: Sequence[Slot],
+    device: torch.device,
+    dtype: torch.dtype,
+    extra: Mapping[str, Any],
+    launch: Launcher | None,
+) -> None:
+    table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)}, device)
+    if table.size == 0:
+        return
+    args = {**table.rows, "offsets": table.offsets, "n_tensors": table.n_tensors, **extra}
+    run(spec, dtype, device, args, table.size, launch)
+
+
+def adamw(
+    slots: Sequence[Slot],
+    device: torch.device,
+    dtype: torch.dtype,
+    scalars: AdamWScalars,
+    *,
+    amsgrad: bool,
+    maximize: bool,
+    launch: Launcher | None = None,
+) -> None:
+    """One AdamW step over slots of (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq)."""
+    extra = {**dataclasses.asdict(scalars), "amsgrad": int(amsgrad), "maximize": int(maximize)}
+    roles = ("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")
+    _multi_tensor(ADAMW, roles, slots, device, dtype, extra, launch)
+
+
+def sgd(
+    slots: Sequence[Slot],
+    device: torch.device,
+    dtype: torch.dtype,
+    scalars: SGDScalars,
+    *,
+    nesterov: bool,
+    first_step: bool,
+    maximize: bool,
+    launch: Launcher | None = None,
+) -> None:
+    """One SGD step over slots of (param, grad, momentum_buffer)."""
+    extra = {
+        **dataclasses.asdict(scalars),
+        "nesterov": int(nesterov),
+        "first_step": int(first_step),
+        "maximize": int(maximize),
+    }
+    roles = ("params", "grads", "momentum_buffers")
+    _multi_tensor(SGD, roles, slots, device, dtype, extra, launch)
+
+
+def scale(
+    values: Sequence[torch.Tensor],
+    device: torch.device,
+    dtype: torch.dtype,
+    coef: torch.Tensor,
+    launch: Launcher | None = None,
+) -> None:
+    """values *= coef in place, for every tensor; coef is a one-element tensor on device."""
+    extra = {"coef": coef.to(dtype).reshape(1)}
+    _multi_tensor(SCALE, ("values",), [(v,) for v in values], device, dtype, extra, launch)
+
+
+def scaled_sigmoid(
+    x: torch.Tensor, scale_: float, launch: Launcher | None = None
+) -> torch.Tensor:
+    """scale_ * sigmoid(x) in a new tensor (x contiguous)."""
+    y = torch.empty_like(x)
+    run(SCALED_SIGMOID, x.dtype, x.device, {"x": x, "scale": scale_, "y": y}, x.numel(), launch)
+    return y
+
+
+def scaled_sigmoid_grad(
+    x: torch.Tensor, grad_out: torch.Tensor, scale_: float, launch: Launcher | None = None
+) -> torch.Tensor:
+    """The gradient of scaled_sigmoid at x times grad_out, in a new tensor (both contiguous)."""
+    grad_x = torch.empty_like(x)
+    args = {"x": x, "grad_out": grad_out, "scale": scale_, "grad_x": grad_x}
+    run(SCALED_SIGMOID_GRAD, x.dtype, x.device, args, x.numel(), launch)
+    return grad_x

@@ -1,0 +1,98 @@
+"""The messages between hoptune's tasks: their names, queues and JSON keyword arguments.
+
+Imported by the hop, the workflow, the sweeper and the drivers alike, so that
+a message is built in one place. Every message is small JSON: ids, keys and
+numbers, never tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CONTROL_QUEUE", "TASK_NAMES", "BadMessage", "Dispatch", "HopMessage", "hop_dispatch",
+           "hop_queue", "parse_hop", "promote_dispatch", "tune_step_dispatch"]
+
+# Workflow messages (tune steps, promotions, sweeps) go here; every worker consumes it.
+CONTROL_QUEUE = "hoptune.control"
+
+#: Every task a hoptune worker runs; a message naming another is set aside.
+TASK_NAMES = frozenset({"hoptune.hop", "hoptune.tune_step", "hoptune.promote",
+                        "hoptune.nightly", "hoptune.sweep"})
+
+_HOP_FIELDS = {"region": str, "study": int, "trial": int, "epoch": int, "position": int,
+               "shard": int}
+
+
+class BadMessage(ValueError):
+    """A message whose content no worker may act on; it is set aside, never retried."""
+
+
+@dataclass(frozen=True)
+class HopMessage:
+    """A hop message that passed its schema: ids only; the truth is in the study database."""
+
+    region: str
+    study: int
+    trial: int
+    epoch: int
+    position: int
+    shard: int
+
+
+def parse_hop(kwargs: dict[str, Any], queue: str | None) -> HopMessage:
+    """The hop ``kwargs`` as received on ``queue``, checked exactly, or ``BadMessage``.
+
+    Exactly: every field present with its own JSON type (no ``"2"`` for ``2``, no
+    ``true`` for ``1``), no field more, numbers not negative, and region and shard
+    those of the queue it came from, so a misrouted copy never trains on a worker
+    that does not own the shard.
+    """
+    unknown = sorted(set(kwargs) - set(_HOP_FIELDS))
+    missing = sorted(set(_HOP_FIELDS) - set(kwargs))
+    if unknown or missing:
+        raise BadMessage(f"hop fields: unknown {unknown}, missing {missing}")
+    for name, kind in _HOP_FIELDS.items():
+        value = kwargs[name]
+        if type(value) is not kind:
+            raise BadMessage(f"hop field {name!r}: expected {kind.__name__}, "
+                             f"got {type(value).__name__} {value!r}")
+        if kind is int and value < 0:
+            raise BadMessage(f"hop field {name!r}: must be >= 0, got {value}")
+    hop = HopMessage(**kwargs)
+    if queue is not None and queue != hop_queue(hop.region, hop.shard):
+        raise BadMessage(f"hop of {hop_queue(hop.region, hop.shard)} received on queue {queue}")
+    return hop
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A message to send: task name, queue and JSON keyword arguments."""
+
+    task: str
+    queue: str
+    kwargs: dict[str, Any]
+
+
+def hop_queue(region: str, shard: int) -> str:
+    """The queue of shard ``shard`` of ``region``: its owners, and only they, consume it."""
+    return f"hop.{region}.{shard}"
+
+
+def hop_dispatch(region: str, study_id: int, trial_id: int, epoch: int, position: int,
+                 shard: int) -> Dispatch:
+    """The message for one hop; region and shard are there for routing and for Flower."""
+    return Dispatch(
+        task="hoptune.hop",
+        queue=hop_queue(region, shard),
+        kwargs={"region": region, "study": study_id, "trial": trial_id, "epoch": epoch,
+                "position": position, "shard": shard},
+    )
+
+
+def tune_step_dispatch(study_id: int) -> Dispatch:
+    return Dispatch(task="hoptune.tune_step", queue=CONTROL_QUEUE, kwargs={"study": study_id})
+
+
+def promote_dispatch(study_id: int) -> Dispatch:
+    return Dispatch(task="hoptune.promote", queue=CONTROL_QUEUE, kwargs={"study": study_id})

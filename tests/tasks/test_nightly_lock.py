@@ -1,0 +1,64 @@
+"""The nightly lock runs out when its holder stops making progress, and progress renews it.
+
+On both study databases: SQLite, and PostgreSQL where its ``SELECT … FOR UPDATE``
+branch runs. The messages a nightly run starts are run in this process (or
+dropped, for a driver that died), so the bounds can be seconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hoptune.core import Settings, StudyError
+from hoptune.regions import load_config
+from hoptune.tasks import Runtime, run_inline
+from hoptune.tasks._nightly import start_nightly
+from hoptune.tasks._nightly_lock import NIGHTLY_LOCK, holder
+from hoptune.tuner import Locks, NightlyRecords
+
+
+def test_a_nightly_run_that_stops_making_progress_loses_its_lock(make_config, backend,
+                                                                  monkeypatch) -> None:
+    monkeypatch.setenv("HOPTUNE_NIGHTLY_LOCK_SECONDS", "1")
+    rt = Runtime(Settings.from_env(), worker="test")
+    config = load_config(make_config(("north",), epochs=1, trials=1, parallel=1))
+    first, _dropped = start_nightly(rt, config)  # its driver dies: nothing is sent
+    with pytest.raises(StudyError, match="a nightly run is already going"):
+        start_nightly(rt, config)
+    time.sleep(1.3)
+    second, _ = start_nightly(rt, config)
+    records = NightlyRecords(rt.db)
+    assert [(r["id"], r["state"]) for r in records.runs()] == [
+        (first, "abandoned"), (first + 1, "refused"), (second, "done")]
+    # the abandoned run's study still runs, so the new run could not start north again
+    assert records.regions(second)[0]["state"] == "failed"
+    rt.db.dispose()
+
+
+def test_progress_renews_the_nightly_lock_past_its_timeout(make_config, backend,
+                                                           monkeypatch) -> None:
+    monkeypatch.setenv("HOPTUNE_NIGHTLY_LOCK_SECONDS", "3")
+    rt = Runtime(Settings.from_env(), worker="test")
+    # one shard: every hop ends an epoch, and each epoch's end is progress that renews
+    config = load_config(make_config(("north",), shards=1, epochs=9, trials=1, parallel=1,
+                                     rows=600))
+    run_id, dispatches = start_nightly(rt, config)
+    started = time.monotonic()
+    held_for: list[float] = []
+
+    def slow_hop(_report: object) -> None:
+        time.sleep(0.5)  # a hop that takes a while
+        held = Locks(rt.db).acquire(NIGHTLY_LOCK, "intruder", 60)
+        elapsed = time.monotonic() - started
+        assert held is not None and held["holder"] == holder(run_id), (
+            f"the run lost its lock after {elapsed:.1f} s")
+        held_for.append(elapsed)
+
+    run_inline(rt, dispatches, on_hop=slow_hop)
+    assert max(held_for) > 4.0, "the run never outlived its lock's timeout"
+    assert NightlyRecords(rt.db).run(run_id)["state"] == "done"
+    # the finished run released the lock
+    assert Locks(rt.db).acquire(NIGHTLY_LOCK, "next-night", 60) is None
+    rt.db.dispose()

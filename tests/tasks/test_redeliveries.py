@@ -1,0 +1,61 @@
+"""A hop interrupted more than ``max_redeliveries`` times fails its trial, with that reason.
+
+The deliveries that died mid-hop are what a SIGKILLed worker leaves in the study
+database: the hop claimed (``claim_hop``) by a worker process whose heartbeat then
+stopped, and never finished. The fixture's
+regions allow ``max_redeliveries = 2``.
+"""
+
+from __future__ import annotations
+
+from hoptune.core import Store
+from hoptune.regions import ingest, load_config
+from hoptune.tasks import checkpoint_key, create_study, run_hop, run_inline, tune_step
+
+MAX_REDELIVERIES = 2
+
+
+def _first_hop(make_config, rt):  # noqa: ANN001, ANN202
+    region = load_config(make_config(shards=2, epochs=1, trials=1, parallel=1)).region("north")
+    assert region.max_redeliveries == MAX_REDELIVERIES
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
+    (first,) = tune_step(rt, study)
+    return study, first.kwargs
+
+
+def _die_mid_hop(rt, hop: dict, times: int) -> None:  # noqa: ANN001
+    from hoptune.tuner import utcnow
+
+    for i in range(times):  # each a worker process with no heartbeat: gone
+        rt.db.claim_hop(hop["trial"], hop["epoch"], hop["position"], hop["shard"],
+                        worker=f"dead{i}@h", holder=f"dead{i}@h/1/x", live_after=utcnow())
+
+
+def test_a_hop_interrupted_up_to_the_cap_still_trains(make_config, rt) -> None:
+    study, hop = _first_hop(make_config, rt)
+    _die_mid_hop(rt, hop, MAX_REDELIVERIES)
+    report = run_hop(rt, hop["trial"], hop["epoch"], hop["position"])
+    assert report.trained and report.skipped is None
+    assert rt.db.hops(hop["trial"])[0]["interrupted"] == MAX_REDELIVERIES
+    run_inline(rt, report.dispatch)
+    assert rt.db.trial(hop["trial"])["state"] == "done"
+
+
+def test_redeliveries_past_the_cap_fail_the_trial_with_the_reason(make_config, rt) -> None:
+    study, hop = _first_hop(make_config, rt)
+    _die_mid_hop(rt, hop, MAX_REDELIVERIES + 1)
+    report = run_hop(rt, hop["trial"], hop["epoch"], hop["position"])
+    assert not report.trained
+    trial = rt.db.trial(hop["trial"])
+    assert trial["state"] == "failed"
+    assert trial["failure"].startswith(
+        f"hop epoch 0 position 0 (shard {hop['shard']}) was interrupted 3 times "
+        f"(max_redeliveries=2); last on worker dead2@h")
+    assert report.skipped == trial["failure"]
+    assert not rt.store.exists(checkpoint_key(study, hop["trial"], 0, 0))  # nothing trained
+    # the freed slot goes back to the study, which ends: its only trial failed
+    assert [d.task for d in report.dispatch] == ["hoptune.tune_step"]
+    run_inline(rt, report.dispatch)
+    record = rt.db.study(study)
+    assert record["state"] == "failed" and record["failure"] == "every trial failed"

@@ -1,0 +1,66 @@
+"""Named locks with an expiry, kept in the study database."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from hoptune.core import StudyError
+from hoptune.tuner._schema import locks, row_dict, utcnow
+from hoptune.tuner._studydb import StudyDB
+
+__all__ = ["Locks"]
+
+
+class Locks:
+    """Named locks with an expiry, in the study database: a dead holder's lock runs out.
+
+    Used for "one nightly run at a time": the holder renews its lock while it
+    makes progress; a lock not renewed by its expiry is free to take.
+    """
+
+    def __init__(self, db: StudyDB) -> None:
+        self.db = db
+
+    def acquire(self, name: str, holder: str, ttl: float) -> dict[str, Any] | None:
+        """Take ``name`` for ``holder``; returns None on success, else the current holder's row."""
+        now = utcnow()
+        for _ in range(3):
+            try:
+                with self.db.transaction() as conn:
+                    query = select(locks).where(locks.c.name == name)
+                    if not self.db.is_sqlite:
+                        query = query.with_for_update()
+                    row = conn.execute(query).first()
+                    if row is None:
+                        conn.execute(locks.insert().values(
+                            name=name, holder=holder,
+                            expires_at=now + timedelta(seconds=ttl)))
+                        return None
+                    current = row_dict(row)
+                    if current["holder"] and current["expires_at"] > now:
+                        return current
+                    conn.execute(update(locks).where(locks.c.name == name).values(
+                        holder=holder, expires_at=now + timedelta(seconds=ttl)))
+                    return None
+            except IntegrityError:
+                continue  # another process inserted the row first: read it again
+        raise StudyError(f"could not take lock {name!r}")
+
+    def renew(self, name: str, holder: str, ttl: float) -> bool:
+        with self.db.transaction() as conn:
+            result = conn.execute(update(locks).where(locks.c.name == name,
+                                                      locks.c.holder == holder)
+                                  .values(expires_at=utcnow() + timedelta(seconds=ttl)))
+            return result.rowcount == 1
+
+    def release(self, name: str, holder: str) -> bool:
+        with self.db.transaction() as conn:
+            result = conn.execute(update(locks).where(locks.c.name == name,
+                                                      locks.c.holder == holder)
+                                  .values(holder=None, expires_at=None))
+            return result.rowcount == 1
+
