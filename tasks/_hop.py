@@ -178,7 +178,13 @@ def _after_claim(rt: Runtime, region: RegionConfig, study: dict[str, Any],
         report.samples, report.loss = hop["samples"], hop["loss"]
         report.dispatch.extend(_hand_on_again(rt, region, study, trial_id, epoch, position))
         if position + 1 == len(order):
-            report.epoch_end = EpochEnd(region, study, trial, epoch, None, manifest)
+            if record["finished_at"] is None:  # the epoch is undecided: validate its weights
+                try:
+                    model, _ = model_at(rt, region, study, trial, epoch, position,
+                                        manifest["meta"])
+                except CheckpointError as exc:  # this hop's own output: it runs again
+                    return _rewind(rt, region, study, trial, report, exc, at=(epoch, position))
+            report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)
         return report
     done = _readable(store, key)
     if done is not None:  # trained and saved, but its worker died before recording it
@@ -293,13 +299,16 @@ def _fail_trial(rt: Runtime, study: dict[str, Any], trial: dict[str, Any], repor
 
 
 def _rewind(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict[str, Any],
-            report: HopReport, exc: CheckpointError) -> HopReport:
-    """The hop's input checkpoint is unreadable: set it aside and run the hop that wrote it.
+            report: HopReport, exc: CheckpointError, at: tuple[int, int] | None = None
+            ) -> HopReport:
+    """A checkpoint is unreadable: set it aside and run the hop that wrote it again.
 
+    That hop is the one before this delivery's (its input), or ``at``: a done
+    last hop whose epoch was never decided reads its own output to validate.
     Each rewind counts toward ``max_redeliveries``; past it the trial fails,
     naming the file.
     """
-    before = previous_position(report.epoch, report.position, region.shards)
+    before = at or previous_position(report.epoch, report.position, region.shards)
     assert before is not None  # the very first hop reads no checkpoint
     aside = set_aside(rt.store, exc.key, utcnow().strftime("%Y%m%dT%H%M%S"))
     rewinds = rt.db.rewind_hop(trial["id"], *before, reason=str(exc))
@@ -314,7 +323,7 @@ def _rewind(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dic
                 *before)
     shard = rt.db.epoch(trial["id"], before[0])["visit_order"][before[1]]
     report.dispatch.append(hop_dispatch(region.name, study["id"], trial["id"], *before, shard))
-    report.skipped = f"{exc}: set aside, running the hop before again"
+    report.skipped = f"{exc}: set aside, running hop epoch {before[0]} position {before[1]} again"
     return report
 
 

@@ -310,8 +310,24 @@ class Scenario:
     def wait_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"timed out waiting for {what}\n{self.explain()}")
             time.sleep(0.05)
+
+    def explain(self) -> str:
+        """What a timed-out wait leaves to read: every hop's row and each worker's last lines."""
+        lines = ["hops:"]
+        try:
+            for h in self.runtime().db.hops():
+                lines.append("  " + ", ".join(f"{k}={h.get(k)!r}" for k in (
+                    "trial_id", "epoch", "position", "shard", "state", "worker", "deliveries",
+                    "interrupted", "error")))
+        except Exception as exc:  # noqa: BLE001 - a broken database is itself the answer
+            lines.append(f"  (could not read: {exc!r})")
+        for log in sorted(self.workers.log_dir.glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-40:]
+            lines += [f"{log.name}:"] + [f"  {line}" for line in tail]
+        return "\n".join(lines)
 
     def running_hop(self, worker: str | None = None) -> dict:
         """Wait for a hop in flight (on ``worker``, a name given to ``Workers.start``)."""

@@ -59,3 +59,31 @@ def test_redeliveries_past_the_cap_fail_the_trial_with_the_reason(make_config, r
     run_inline(rt, report.dispatch)
     record = rt.db.study(study)
     assert record["state"] == "failed" and record["failure"] == "every trial failed"
+
+
+def test_an_undecided_epoch_whose_last_checkpoint_is_truncated_runs_that_hop_again(
+        make_config, rt) -> None:
+    """The last hop's worker died after recording it and before deciding its epoch.
+
+    Its redelivery (the sweeper's) validates the epoch from that hop's own
+    checkpoint; a damaged one is set aside and the hop trains again, once.
+    """
+    from pathlib import Path
+
+    study, hop = _first_hop(make_config, rt)
+    report = run_hop(rt, hop["trial"], 0, 0)
+    (second,) = report.dispatch
+    last = run_hop(rt, hop["trial"], 0, 1)  # recorded; its epoch_end is never handled
+    assert last.trained and last.epoch_end is not None
+    key = checkpoint_key(study, hop["trial"], 0, 1)
+    path = Path(rt.store.path(key))
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+    again = run_hop(rt, hop["trial"], 0, 1)
+    assert not again.trained and again.epoch_end is None
+    assert [(d.task, d.kwargs["epoch"], d.kwargs["position"]) for d in again.dispatch] == [
+        ("hoptune.hop", 0, 1)]
+    assert list(path.parent.glob(f"{path.name}.unreadable-*"))
+    assert rt.db.hop(hop["trial"], 0, 1)["state"] == "queued"
+    run_inline(rt, again.dispatch)
+    assert rt.db.trial(hop["trial"])["state"] == "done"
