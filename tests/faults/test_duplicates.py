@@ -120,6 +120,7 @@ def test_duplicated_epoch_ends_leave_the_result_of_a_run_without_them(
     assert copied == plain
 
 
+@pytest.mark.timeout(900)  # forty CLI processes start here: minutes on a loaded 2-core host
 def test_two_tunes_of_one_region_at_once_make_one_study(write_config, fault_env,
                                                         home: Path) -> None:
     """Twenty pairs of concurrent `hoptune tune --detach`, each pair on its own region."""
