@@ -62,7 +62,8 @@ class Heartbeat:
                  sweep: Callable[[], object] | None = None) -> None:
         self.rt, self.shards, self.sweep = rt, shards, sweep
         self.records = WorkerRecords(rt.db)
-        self.info: dict[str, object] = {}
+        # what the workers table (``hoptune status``, ``hoptune metrics``) shows of this process
+        self.info: dict[str, object] = {"device": str(rt.device)}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hoptune-heartbeat", daemon=True)
 

@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     workers_help = "local workers (default: one per visible GPU, or 2)"
     p = sub.add_parser("up", help="start the embedded Redis and N local workers, until Ctrl-C")
     p.add_argument("--workers", type=_positive, default=0, help=workers_help)
+    p.add_argument("--metrics-port", type=_positive, default=None, metavar="PORT",
+                   help="also serve Prometheus metrics on PORT (as `hoptune metrics`)")
 
     p = sub.add_parser("demo", help="synthetic data for 3 regions, tuned by hopping, in a table")
     p.add_argument("--workers", type=_positive, default=0, help=workers_help)
@@ -156,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object")
 
     p = sub.add_parser("sweep", help="send again, once, whatever work a fault may have lost")
+
+    p = sub.add_parser("metrics", help="serve Prometheus metrics for an autoscaler: queue "
+                                       "depths, running hops, busy workers, trials by state")
+    p.add_argument("--port", type=_positive, default=9464)
+    p.add_argument("--addr", default="0.0.0.0", help="address to listen on (default: all)")
 
     p = sub.add_parser("gc", help="remove the checkpoints finished studies no longer need")
     p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
@@ -265,8 +272,18 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"{name}: " + ", ".join(f"{r}:{k}" for r, k in owned))
         broker = maybe_sanitize_url(app.conf.broker_url)
         print(f"broker {broker}; logs in {settings.home / 'logs'}; Ctrl-C stops")
-        while cluster.alive():
-            time.sleep(1.0)
+        stop_metrics = None
+        if args.metrics_port:
+            from hoptune.tasks._metrics import start_metrics
+
+            stop_metrics = start_metrics(settings, shards, args.metrics_port, app=app)
+            print(f"metrics on http://0.0.0.0:{args.metrics_port}/metrics")
+        try:
+            while cluster.alive():
+                time.sleep(1.0)
+        finally:
+            if stop_metrics is not None:
+                stop_metrics()
     print("hoptune: a worker exited; stopping", file=sys.stderr)
     return 1
 
@@ -485,6 +502,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from hoptune.core import ConfigError
+    from hoptune.tasks._metrics import start_metrics
+
+    settings = _settings()
+    require_schema(settings)
+    try:
+        shards = {r.name: r.shards for r in _config(args).regions.values()}
+    except ConfigError:
+        if args.config:  # a config named on the command line must be right
+            raise
+        shards = {}  # without one, the regions of running studies are reported
+    stop = start_metrics(settings, shards, args.port, args.addr)
+    print(f"metrics on http://{args.addr}:{args.port}/metrics; Ctrl-C stops", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while True:
+            time.sleep(1.0)
+    finally:
+        stop()
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     import json
 
@@ -498,6 +537,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 COMMANDS = {
     "ingest": cmd_ingest,
     "worker": cmd_worker,
+    "metrics": cmd_metrics,
     "up": cmd_up,
     "demo": cmd_demo,
     "tune": cmd_tune,

@@ -505,6 +505,12 @@ class StudyDB:
         with self.transaction() as conn:
             return [row_dict(r) for r in conn.execute(query)]
 
+    def hops_since(self, since: datetime) -> list[dict[str, Any]]:
+        """Every hop running now or finished at or after ``since``, of any study."""
+        query = select(hops).where((hops.c.state == "running") | (hops.c.finished_at >= since))
+        with self.transaction() as conn:
+            return [row_dict(r) for r in conn.execute(query.order_by(hops.c.id))]
+
     def last_hop(self, trial_id: int) -> dict[str, Any] | None:
         """The trial's furthest hop record (by epoch, then position)."""
         with self.transaction() as conn:

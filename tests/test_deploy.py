@@ -1,0 +1,59 @@
+"""deploy/keda-workers.yaml, held to the real CLI, queue names and exported metrics."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from hoptune.tasks._messages import hop_queue
+from hoptune.tasks._metrics import ClusterCollector
+from hoptune.tasks._runtime import parse_shard_spec
+from hoptune.tasks.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = list(yaml.safe_load_all((ROOT / "deploy" / "keda-workers.yaml").read_text()))
+BY_KIND = {(d["kind"], d["metadata"]["name"]): d for d in DOCS}
+
+
+def _worker() -> tuple[dict, list[str]]:
+    (deployment,) = [d for d in DOCS if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return deployment, container["command"]
+
+
+def test_the_worker_command_is_accepted_by_the_real_cli() -> None:
+    _, command = _worker()
+    assert command[0] == "hoptune"
+    args = build_parser().parse_args(command[1:])
+    assert args.command == "worker"
+    assert parse_shard_spec(args.shards) == [("north", 0)]
+
+
+def test_the_scaled_object_scales_that_deployment_by_its_own_shard_queue(tmp_path: Path
+                                                                         ) -> None:
+    deployment, command = _worker()
+    (scaled,) = [d for d in DOCS if d["kind"] == "ScaledObject"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert scaled["spec"]["minReplicaCount"] >= 1  # a shard queue always has a consumer
+    shards = parse_shard_spec(build_parser().parse_args(command[1:]).shards)
+    queues = {hop_queue(region, shard) for region, shard in shards}
+    triggers = {t["type"]: t for t in scaled["spec"]["triggers"]}
+    assert set(triggers) == {"redis", "prometheus"}
+    assert triggers["redis"]["metadata"]["listName"] in queues
+    auth = triggers["redis"]["authenticationRef"]["name"]
+    assert ("TriggerAuthentication", auth) in BY_KIND
+    query = triggers["prometheus"]["metadata"]["query"]
+    (metric, queue) = re.fullmatch(r'max\((\w+)\{queue="([^"]+)"\}\)', query).groups()
+    assert queue in queues
+    assert metric in _exported(tmp_path)
+
+
+def _exported(folder: Path) -> set[str]:
+    """The names ``hoptune metrics`` serves, from its collector over an empty database."""
+    from hoptune.tuner import StudyDB
+
+    collector = ClusterCollector(StudyDB(f"sqlite:///{folder / 'studies.db'}"), {"north": 2},
+                                 lambda queue: 0)
+    return {family.name for family in collector.collect()}
