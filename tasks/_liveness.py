@@ -63,7 +63,9 @@ class Heartbeat:
         self.rt, self.shards, self.sweep = rt, shards, sweep
         self.records = WorkerRecords(rt.db)
         # what the workers table (``hoptune status``, ``hoptune metrics``) shows of this process
-        self.info: dict[str, object] = {"device": str(rt.device)}
+        self.info: dict[str, object] = {
+            "device": str(rt.device),
+            "host_class": os.environ.get("HOPTUNE_HOST_CLASS") or socket.gethostname()}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hoptune-heartbeat", daemon=True)
 

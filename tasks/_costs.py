@@ -1,0 +1,61 @@
+"""The recorded hops of earlier studies, as the cost model's observations.
+
+A hop's cost is keyed by its model family, the device kind of the worker that
+trained it and that worker's host class (``HOPTUNE_HOST_CLASS``, by default the
+host name), all from the ``workers`` table; its size by the rows it trained,
+the trial's batch size and its model's parameter count (the model built on the
+meta device: no memory, no initialisation). Only hops that trained count: a
+redelivery that found the work done says nothing of the cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hoptune.regions import get_family
+from hoptune.tasks._runtime import region_of
+from hoptune.tuner import CostKey, HopObservation, StudyDB, WorkerRecords
+
+__all__ = ["parameter_count", "recorded_observations"]
+
+
+def parameter_count(study: dict[str, Any], params: dict[str, Any]) -> int:
+    """How many parameters the trial's model has (built on the meta device)."""
+    region = region_of(study)
+    with torch.device("meta"):
+        model = get_family(region).build(params, (study["manifest"] or {}).get("meta", {}))
+    return sum(p.numel() for p in model.parameters())
+
+
+def recorded_observations(db: StudyDB, studies: list[dict[str, Any]] | None = None
+                          ) -> list[HopObservation]:
+    """One observation per trained hop of ``studies`` (default: every study)."""
+    workers: dict[str, dict[str, Any]] = {}
+    for row in WorkerRecords(db).all():  # the latest process of each name describes it
+        if row["name"] not in workers or row["started_at"] > workers[row["name"]]["started_at"]:
+            workers[row["name"]] = row
+    out = []
+    for study in studies if studies is not None else db.studies():
+        region = region_of(study)
+        family = region.family
+        for trial in db.trials(study["id"]):
+            parameters = None
+            batch_size = int(trial["params"].get("batch_size", region.batch_size))
+            for hop in db.hops(trial["id"]):
+                if hop["state"] != "done" or hop["train_seconds"] is None:
+                    continue
+                if hop["started_at"] is None or hop["finished_at"] is None or not hop["samples"]:
+                    continue
+                if parameters is None:
+                    parameters = parameter_count(study, trial["params"])
+                worker = workers.get(hop["worker"] or "", {})
+                info = worker.get("info") or {}
+                key = CostKey(family=family, device=str(info.get("device", "unknown")),
+                              host=str(info.get("host_class") or worker.get("host") or "unknown"))
+                out.append(HopObservation(
+                    key=key, rows=int(hop["samples"]), batch_size=batch_size,
+                    parameters=parameters,
+                    seconds=(hop["finished_at"] - hop["started_at"]).total_seconds()))
+    return out

@@ -1,0 +1,32 @@
+"""The cost model's observations come from a real study's recorded hops."""
+
+from __future__ import annotations
+
+from hoptune.core import Store
+from hoptune.regions import ingest, load_config
+from hoptune.tasks import create_study, run_inline, tune_step
+from hoptune.tasks._costs import parameter_count, recorded_observations
+from hoptune.tuner import CostKey, WorkerRecords, fit_costs
+
+
+def test_every_trained_hop_is_one_observation_keyed_by_its_worker(make_config, rt) -> None:
+    region = load_config(make_config(shards=2, epochs=2, trials=2, parallel=2,
+                                     batch_size=64)).region("north")
+    WorkerRecords(rt.db).register(rt.holder, name=rt.worker, host="box", pid=1, shards=[],
+                                  info={"device": "cpu", "host_class": "small"})
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = create_study(rt, region, manifest=manifest,
+                         configs=[{"lr": 0.03}, {"lr": 0.01, "embedding_dim": 16}])
+    run_inline(rt, tune_step(rt, study))
+    record = rt.db.study(study)
+    observations = recorded_observations(rt.db)
+    hops = [h for t in rt.db.trials(study) for h in rt.db.hops(t["id"])]
+    assert len(observations) == len(hops) == 2 * 2 * 2  # trials x epochs x shards
+    assert {o.key for o in observations} == {CostKey("rating_mf", "cpu", "small")}
+    assert sorted(o.rows for o in observations) == sorted(h["samples"] for h in hops)
+    assert {o.batch_size for o in observations} == {64}
+    sizes = {parameter_count(record, t["params"]) for t in rt.db.trials(study)}
+    assert {o.parameters for o in observations} == sizes and len(sizes) == 2
+    assert all(o.seconds > 0 for o in observations)
+    (cost,) = fit_costs(observations).values()
+    assert cost.hops + cost.outliers == 8
