@@ -15,15 +15,25 @@ __all__ = ["ScaledSigmoid", "scaled_sigmoid"]
 
 
 class ScaledSigmoid(torch.autograd.Function):
-    """Autograd function of ``scaled_sigmoid``; ``scale`` is a constant (no gradient)."""
+    """Autograd function of ``scaled_sigmoid``; ``scale`` is a constant (no gradient).
+
+    Elementwise, so ``torch.func.vmap`` may run it on a batched tensor as it is
+    (``generate_vmap_rule``): a fused cohort's models call it unchanged.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        ctx.scale = scale
+    def forward(x: torch.Tensor, scale: float) -> torch.Tensor:
         if _use_kernel(x, SCALED_SIGMOID):
             return _launches.scaled_sigmoid(x.contiguous(), scale)
         return reference.scaled_sigmoid(x, scale)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, float], output: torch.Tensor) -> None:
+        x, scale = inputs
+        ctx.save_for_backward(x)
+        ctx.scale = scale
 
     @staticmethod
     @once_differentiable
