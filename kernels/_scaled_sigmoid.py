@@ -17,11 +17,10 @@ __all__ = ["ScaledSigmoid", "scaled_sigmoid"]
 class ScaledSigmoid(torch.autograd.Function):
     """Autograd function of ``scaled_sigmoid``; ``scale`` is a constant (no gradient).
 
-    Elementwise, so ``torch.func.vmap`` may run it on a batched tensor as it is
-    (``generate_vmap_rule``): a fused cohort's models call it unchanged.
+    Elementwise, so under ``torch.func.vmap`` (a fused cohort's models call it
+    unchanged) it runs once on the whole batched tensor (``vmap`` below), with
+    the same arithmetic element by element as unbatched.
     """
-
-    generate_vmap_rule = True
 
     @staticmethod
     def forward(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -34,6 +33,11 @@ class ScaledSigmoid(torch.autograd.Function):
         x, scale = inputs
         ctx.save_for_backward(x)
         ctx.scale = scale
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[int | None, None], x: torch.Tensor, scale: float
+             ) -> tuple[torch.Tensor, int | None]:
+        return ScaledSigmoid.apply(x, scale), in_dims[0]
 
     @staticmethod
     @once_differentiable

@@ -18,6 +18,7 @@ Python floats, shared by both paths through ``AdamWScalars`` and ``SGDScalars``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -178,10 +179,17 @@ def per_trial(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
 
     Each value rounds to the dtype once, as a Python float scalar does in a torch
     operation and as the kernels' scalar table does, so an operation with it
-    rounds as the single-trial step's operation with that trial's scalar.
+    rounds as the single-trial step's operation with that trial's scalar. The
+    tensors are cached: a step asks for the same values for every parameter.
     """
     shape = (len(values),) + (1,) * (like.dim() - 1)
-    return torch.tensor(values, dtype=torch.float64).to(like.device, like.dtype).view(shape)
+    return _column(tuple(values), like.device, like.dtype).view(shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _column(values: tuple[float, ...], device: torch.device, dtype: torch.dtype
+            ) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64).to(device, dtype)
 
 
 def adamw_cohort_step_(
