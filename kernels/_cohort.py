@@ -19,6 +19,7 @@ parameter's shape), so a trial's checkpoint does not depend on its cohort.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,16 @@ def _check(name: str, values: Sequence[float], ok: Any) -> None:
     for v in values:
         if not ok(v):
             raise ValueError(f"Invalid {name} value: {v}")
+
+
+@functools.lru_cache(maxsize=8)
+def _adamw_scalars(lr: tuple[float, ...], betas: tuple[tuple[float, float], ...],
+                   eps: tuple[float, ...], weight_decay: tuple[float, ...],
+                   steps: tuple[float, ...]) -> list[AdamWScalars]:
+    """Each trial's scalars of one step (the same for every parameter of the step)."""
+    return [AdamWScalars.for_step(lr=float(r), beta1=b1, beta2=b2, eps=float(e),
+                                  weight_decay=float(wd), step=step)
+            for r, (b1, b2), e, wd, step in zip(lr, betas, eps, weight_decay, steps, strict=True)]
 
 
 class _Cohort(FusedOptimizer):
@@ -121,15 +132,11 @@ class CohortAdamW(_Cohort):
             state["step"] += 1
             slot = (p, p.grad, state["exp_avg"], state["exp_avg_sq"],
                     state["max_exp_avg_sq"] if amsgrad else None)
-            key = (p.device, p.dtype, tuple(float(s) for s in state["step"]))
+            key = (p.device, p.dtype, tuple(state["step"].tolist()))
             buckets.setdefault(key, []).append(slot)
         for (device, dtype, steps), slots in buckets.items():
-            scalars = [
-                AdamWScalars.for_step(lr=float(lr), beta1=b1, beta2=b2, eps=float(eps),
-                                      weight_decay=float(wd), step=step)
-                for lr, (b1, b2), eps, wd, step in zip(group["lr"], group["betas"], group["eps"],
-                                                      group["weight_decay"], steps, strict=True)
-            ]
+            scalars = _adamw_scalars(tuple(group["lr"]), tuple(group["betas"]),
+                                     tuple(group["eps"]), tuple(group["weight_decay"]), steps)
             maximize = bool(group["maximize"])
             kernel, fallback = _dispatch.split_by_path("CohortAdamW", device, dtype, slots,
                                                        ADAMW_COHORT)

@@ -179,17 +179,37 @@ def per_trial(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
 
     Each value rounds to the dtype once, as a Python float scalar does in a torch
     operation and as the kernels' scalar table does, so an operation with it
-    rounds as the single-trial step's operation with that trial's scalar. The
-    tensors are cached: a step asks for the same values for every parameter.
+    rounds as the single-trial step's operation with that trial's scalar.
     """
-    shape = (len(values),) + (1,) * (like.dim() - 1)
-    return _column(tuple(values), like.device, like.dtype).view(shape)
+    return _column(tuple(values), like.device, like.dtype).view(_trial_shape(like))
+
+
+def _trial_shape(like: torch.Tensor) -> tuple[int, ...]:
+    return (like.shape[0],) + (1,) * (like.dim() - 1)
 
 
 @functools.lru_cache(maxsize=256)
 def _column(values: tuple[float, ...], device: torch.device, dtype: torch.dtype
             ) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float64).to(device, dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _columns(scalars: tuple[AdamWScalars | SGDScalars, ...], device: torch.device,
+             dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Every field of the trials' scalars as one (N,) tensor each (``per_trial``'s rounding);
+    a step asks for the same ones for every parameter, so they are made once."""
+    names = [f.name for f in dataclasses.fields(scalars[0])]
+    rows = [[getattr(x, name) for x in scalars] for name in names]
+    table = torch.tensor(rows, dtype=torch.float64).to(device, dtype)
+    return dict(zip(names, table, strict=True))
+
+
+def _per_trial_fields(scalars: Sequence[AdamWScalars | SGDScalars], like: torch.Tensor
+                      ) -> dict[str, torch.Tensor]:
+    shape = _trial_shape(like)
+    return {k: v.view(shape) for k, v in _columns(tuple(scalars), like.device,
+                                                  like.dtype).items()}
 
 
 def adamw_cohort_step_(
@@ -209,9 +229,7 @@ def adamw_cohort_step_(
     slice, so trial i's slice equals ``adamw_step_`` on it alone, bit for bit (the
     decay is applied even where it is 1: a product with 1 is exact).
     """
-    def s(name: str) -> torch.Tensor:
-        return per_trial([getattr(x, name) for x in scalars], param)
-
+    s = _per_trial_fields(scalars, param).__getitem__
     g = torch.neg(grad) if maximize else grad
     exp_avg.add_(torch.sub(g, exp_avg).mul_(s("one_minus_beta1")))
     exp_avg_sq.mul_(s("beta2")).add_(torch.mul(g, s("one_minus_beta2")).mul_(g))
@@ -242,9 +260,7 @@ def sgd_cohort_step_(
     sgd.cuh, which branches per element): so trial i's slice equals ``sgd_step_``
     on it alone, bit for bit. momentum_buffer is needed iff some momentum is nonzero.
     """
-    def s(name: str) -> torch.Tensor:
-        return per_trial([getattr(x, name) for x in scalars], param)
-
+    s = _per_trial_fields(scalars, param).__getitem__
     g = torch.neg(grad) if maximize else grad
     weight_decay = s("weight_decay")
     g = torch.where(weight_decay != 0, torch.add(g, torch.mul(param, weight_decay)), g)
