@@ -13,6 +13,7 @@ fails the test; none is raised.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -190,22 +191,31 @@ def _adamw(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
                 for step in (1, 10):
                     scalars = AdamWScalars.for_step(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                                                     weight_decay=weight_decay, step=step)
-                    state: list[list[torch.Tensor | None]] = [
-                        _inputs(device, dtype, 1), _inputs(device, dtype, 2),
-                        _inputs(device, dtype, 3, scale=0.1),
-                        _inputs(device, dtype, 4, positive=True, scale=0.01),
-                        _inputs(device, dtype, 5, positive=True, scale=0.02)]
-                    if not amsgrad:
-                        state[4] = [None] * len(SIZES)
-                    got = [[None if t is None else t.clone() for t in role] for role in state]
-                    _launches.adamw(list(zip(*got, strict=True)), device, dtype, scalars,
-                                    amsgrad=amsgrad, maximize=False, launch=launch)
-                    want = [[None if t is None else t.clone() for t in role] for role in state]
-                    for p, g, m, v, vmax in zip(*want, strict=True):
-                        reference.adamw_step_(p, g, m, v, vmax, scalars)
-                    outputs = _ADAMW_ROLES[:1] + _ADAMW_ROLES[2:5 if amsgrad else 4]
-                    yield from _checks("ht_adamw", _ADAMW_ROLES, outputs, state, got, want,
-                                       {"scalars": scalars, "maximize": False})
+                    yield from _adamw_checks(
+                        "ht_adamw", functools.partial(_inputs, device, dtype), amsgrad,
+                        lambda slots, a=amsgrad, s=scalars, d=dtype: _launches.adamw(
+                            slots, device, d, s, amsgrad=a, maximize=False, launch=launch),
+                        lambda *slot, s=scalars: reference.adamw_step_(*slot, s),
+                        {"scalars": scalars, "maximize": False})
+
+
+def _adamw_checks(kernel: str, inputs: Callable[..., list[torch.Tensor]], amsgrad: bool,
+                  launch_kernel: Callable[[list[Any]], None],
+                  step_reference: Callable[..., None], options: dict[str, Any]
+                  ) -> Iterator[Check]:
+    """One AdamW launch on fresh inputs and the reference's step on copies, compared."""
+    state: list[list[torch.Tensor | None]] = [
+        inputs(1), inputs(2), inputs(3, scale=0.1), inputs(4, positive=True, scale=0.01),
+        inputs(5, positive=True, scale=0.02)]
+    if not amsgrad:
+        state[4] = [None] * len(SIZES)
+    got = [[None if t is None else t.clone() for t in role] for role in state]
+    launch_kernel(list(zip(*got, strict=True)))
+    want = [[None if t is None else t.clone() for t in role] for role in state]
+    for slot in zip(*want, strict=True):
+        step_reference(*slot)
+    outputs = _ADAMW_ROLES[:1] + _ADAMW_ROLES[2:5 if amsgrad else 4]
+    yield from _checks(kernel, _ADAMW_ROLES, outputs, state, got, want, options)
 
 
 def _sgd(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
@@ -295,22 +305,12 @@ def _adamw_cohort(device: torch.device, launch: Launcher | None) -> Iterator[Che
                                      step=step) for lr, b1, b2, eps, wd, step in _COHORT_ADAMW]
     for dtype in DTYPES:
         for amsgrad in (False, True):
-            state: list[list[torch.Tensor | None]] = [
-                _stacked(device, dtype, 1), _stacked(device, dtype, 2),
-                _stacked(device, dtype, 3, scale=0.1),
-                _stacked(device, dtype, 4, positive=True, scale=0.01),
-                _stacked(device, dtype, 5, positive=True, scale=0.02)]
-            if not amsgrad:
-                state[4] = [None] * len(SIZES)
-            got = [[None if t is None else t.clone() for t in role] for role in state]
-            _launches.adamw_cohort(list(zip(*got, strict=True)), device, dtype, scalars,
-                                   amsgrad=amsgrad, maximize=False, launch=launch)
-            want = [[None if t is None else t.clone() for t in role] for role in state]
-            for p, g, m, v, vmax in zip(*want, strict=True):
-                reference.adamw_cohort_step_(p, g, m, v, vmax, scalars)
-            outputs = _ADAMW_ROLES[:1] + _ADAMW_ROLES[2:5 if amsgrad else 4]
-            yield from _checks("ht_adamw_cohort", _ADAMW_ROLES, outputs, state, got, want,
-                               {"scalars": scalars, "maximize": False})
+            yield from _adamw_checks(
+                "ht_adamw_cohort", functools.partial(_stacked, device, dtype), amsgrad,
+                lambda slots, a=amsgrad, d=dtype: _launches.adamw_cohort(
+                    slots, device, d, scalars, amsgrad=a, maximize=False, launch=launch),
+                lambda *slot: reference.adamw_cohort_step_(*slot, scalars),
+                {"scalars": scalars, "maximize": False})
 
 
 def _sgd_cohort(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
