@@ -21,6 +21,7 @@ from hoptune.kernels._bounds import (
     sgd_bound,
 )
 from hoptune.kernels._clip import clip_grad_norm_
+from hoptune.kernels._cohort import CohortAdamW, CohortSGD
 from hoptune.kernels._cupy import device_names, identity
 from hoptune.kernels._dispatch import paths_taken
 from hoptune.kernels._error_model import Comparison, allclose_by_bound, compare_by_bound
@@ -48,6 +49,8 @@ __all__ = [
     "MODES",
     "MODE_VARIABLE",
     "OPTIMIZERS",
+    "CohortAdamW",
+    "CohortSGD",
     "Comparison",
     "FusedAdamW",
     "FusedSGD",

@@ -15,20 +15,30 @@ from typing import Any
 import torch
 
 from hoptune.kernels import _cupy
-from hoptune.kernels._multi_tensor import pointer_table
+from hoptune.kernels._multi_tensor import device_table, pointer_table
 from hoptune.kernels._source import KernelSpec
-from hoptune.kernels._specs import ADAMW, SCALE, SCALED_SIGMOID, SCALED_SIGMOID_GRAD, SGD
+from hoptune.kernels._specs import (
+    ADAMW,
+    ADAMW_COHORT,
+    SCALE,
+    SCALED_SIGMOID,
+    SCALED_SIGMOID_GRAD,
+    SGD,
+    SGD_COHORT,
+)
 from hoptune.kernels.reference import AdamWScalars, SGDScalars
 
 __all__ = [
     "Launcher",
     "adamw",
+    "adamw_cohort",
     "dtype_name",
     "run",
     "scale",
     "scaled_sigmoid",
     "scaled_sigmoid_grad",
     "sgd",
+    "sgd_cohort",
 ]
 
 #: ``launch(spec, dtype name, device, args, size)``, as ``_cupy.launch``.
@@ -108,6 +118,65 @@ def sgd(
     }
     roles = ("params", "grads", "momentum_buffers")
     _multi_tensor(SGD, roles, slots, device, dtype, extra, launch)
+
+
+def _cohort(
+    spec: KernelSpec,
+    roles: Sequence[str],
+    slots: Sequence[Slot],
+    device: torch.device,
+    dtype: torch.dtype,
+    rows: Sequence[Sequence[float]],
+    extra: Mapping[str, Any],
+    launch: Launcher | None,
+) -> None:
+    """A multi-tensor launch over stacked tensors (axis 0 the trial, len(rows[0]) trials)
+    with rows, one per scalar field, of one value per trial."""
+    n_trials = len(rows[0])
+    kept = [s for s in slots if s[0] is not None and s[0].numel() > 0]
+    per_trial = device_table(tuple(s[0].numel() // n_trials for s in kept) + (1,), device)
+    table = torch.tensor(rows, dtype=torch.float64).to(dtype).reshape(-1)
+    table = table.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else table
+    cohort = {"per_trial": per_trial, "scalars": table, "n_trials": n_trials}
+    _multi_tensor(spec, roles, kept, device, dtype, {**cohort, **extra}, launch)
+
+
+def adamw_cohort(
+    slots: Sequence[Slot],
+    device: torch.device,
+    dtype: torch.dtype,
+    scalars: Sequence[AdamWScalars],
+    *,
+    amsgrad: bool,
+    maximize: bool,
+    launch: Launcher | None = None,
+) -> None:
+    """One AdamW step of a cohort: slots as ``adamw``'s, of stacked tensors whose axis 0
+    is the trial; trial i steps with scalars[i]."""
+    rows = list(zip(*(s.as_tuple() for s in scalars), strict=True))
+    roles = ("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")
+    extra = {"amsgrad": int(amsgrad), "maximize": int(maximize)}
+    _cohort(ADAMW_COHORT, roles, slots, device, dtype, rows, extra, launch)
+
+
+def sgd_cohort(
+    slots: Sequence[Slot],
+    device: torch.device,
+    dtype: torch.dtype,
+    scalars: Sequence[SGDScalars],
+    first_step: Sequence[bool],
+    *,
+    nesterov: bool,
+    maximize: bool,
+    launch: Launcher | None = None,
+) -> None:
+    """One SGD step of a cohort: slots as ``sgd``'s, stacked; trial i steps with
+    scalars[i] and starts its momentum buffer where first_step[i]."""
+    rows = [*zip(*(s.as_tuple() for s in scalars), strict=True),
+            tuple(float(f) for f in first_step)]
+    roles = ("params", "grads", "momentum_buffers")
+    extra = {"nesterov": int(nesterov), "maximize": int(maximize)}
+    _cohort(SGD_COHORT, roles, slots, device, dtype, rows, extra, launch)
 
 
 def scale(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PointerTable", "pointer_table"]
+__all__ = ["PointerTable", "device_table", "pointer_table"]
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,13 @@ def pointer_table(
             values.append(t.data_ptr())
         values.append(0)
     values += offsets
-    table = _device_table(tuple(values), device).view(len(columns) + 1, len(keep) + 1)
+    table = device_table(tuple(values), device).view(len(columns) + 1, len(keep) + 1)
     rows = {name: table[r] for r, name in enumerate(roles)}
     return PointerTable(rows=rows, offsets=table[-1], n_tensors=len(keep), size=offsets[-1])
 
 
 @functools.lru_cache(maxsize=64)
-def _device_table(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
+def device_table(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """values as an int64 tensor on device; cached, since a table holds only addresses.
 
     On CUDA the copy goes through pinned memory without blocking the host, so

@@ -15,15 +15,29 @@ __all__ = ["ScaledSigmoid", "scaled_sigmoid"]
 
 
 class ScaledSigmoid(torch.autograd.Function):
-    """Autograd function of ``scaled_sigmoid``; ``scale`` is a constant (no gradient)."""
+    """Autograd function of ``scaled_sigmoid``; ``scale`` is a constant (no gradient).
+
+    Elementwise, so under ``torch.func.vmap`` (a fused cohort's models call it
+    unchanged) it runs once on the whole batched tensor (``vmap`` below), with
+    the same arithmetic element by element as unbatched.
+    """
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        ctx.scale = scale
+    def forward(x: torch.Tensor, scale: float) -> torch.Tensor:
         if _use_kernel(x, SCALED_SIGMOID):
             return _launches.scaled_sigmoid(x.contiguous(), scale)
         return reference.scaled_sigmoid(x, scale)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, float], output: torch.Tensor) -> None:
+        x, scale = inputs
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[int | None, None], x: torch.Tensor, scale: float
+             ) -> tuple[torch.Tensor, int | None]:
+        return ScaledSigmoid.apply(x, scale), in_dims[0]
 
     @staticmethod
     @once_differentiable

@@ -13,6 +13,7 @@ fails the test; none is raised.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -98,6 +99,20 @@ def _bound(check: Check) -> torch.Tensor:
         return sgd_bound(i["param"], i["grad"], i["momentum_buffer"], o["scalars"],
                          nesterov=o["nesterov"], first_step=o["first_step"],
                          maximize=o["maximize"])[check.output]
+    if check.kernel in ("ht_adamw_cohort", "ht_sgd_cohort"):
+        # trial by trial, the single-trial kernel's bound with that trial's scalars
+        rows = []
+        for r, scalars in enumerate(o["scalars"]):
+            if check.output == "momentum_buffer" and scalars.momentum == 0:
+                rows.append(torch.zeros((), dtype=torch.float64))  # left untouched
+                continue
+            trial = {k: None if v is None else v[r] for k, v in i.items()}
+            options = {**o, "scalars": scalars}
+            if "first_step" in o:
+                options["first_step"] = o["first_step"][r]
+            rows.append(_bound(Check(check.kernel.removesuffix("_cohort"), check.output,
+                                     check.got[r], check.want[r], trial, options)))
+        return torch.stack([torch.broadcast_to(b, check.want.shape[1:]) for b in rows])
     if check.kernel == "ht_scale":
         return scale_bound(i["values"], float(o["coef"]))
     if check.kernel == "ht_scaled_sigmoid":
@@ -176,22 +191,31 @@ def _adamw(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
                 for step in (1, 10):
                     scalars = AdamWScalars.for_step(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                                                     weight_decay=weight_decay, step=step)
-                    state: list[list[torch.Tensor | None]] = [
-                        _inputs(device, dtype, 1), _inputs(device, dtype, 2),
-                        _inputs(device, dtype, 3, scale=0.1),
-                        _inputs(device, dtype, 4, positive=True, scale=0.01),
-                        _inputs(device, dtype, 5, positive=True, scale=0.02)]
-                    if not amsgrad:
-                        state[4] = [None] * len(SIZES)
-                    got = [[None if t is None else t.clone() for t in role] for role in state]
-                    _launches.adamw(list(zip(*got, strict=True)), device, dtype, scalars,
-                                    amsgrad=amsgrad, maximize=False, launch=launch)
-                    want = [[None if t is None else t.clone() for t in role] for role in state]
-                    for p, g, m, v, vmax in zip(*want, strict=True):
-                        reference.adamw_step_(p, g, m, v, vmax, scalars)
-                    outputs = _ADAMW_ROLES[:1] + _ADAMW_ROLES[2:5 if amsgrad else 4]
-                    yield from _checks("ht_adamw", _ADAMW_ROLES, outputs, state, got, want,
-                                       {"scalars": scalars, "maximize": False})
+                    yield from _adamw_checks(
+                        "ht_adamw", functools.partial(_inputs, device, dtype), amsgrad,
+                        lambda slots, a=amsgrad, s=scalars, d=dtype: _launches.adamw(
+                            slots, device, d, s, amsgrad=a, maximize=False, launch=launch),
+                        lambda *slot, s=scalars: reference.adamw_step_(*slot, s),
+                        {"scalars": scalars, "maximize": False})
+
+
+def _adamw_checks(kernel: str, inputs: Callable[..., list[torch.Tensor]], amsgrad: bool,
+                  launch_kernel: Callable[[list[Any]], None],
+                  step_reference: Callable[..., None], options: dict[str, Any]
+                  ) -> Iterator[Check]:
+    """One AdamW launch on fresh inputs and the reference's step on copies, compared."""
+    state: list[list[torch.Tensor | None]] = [
+        inputs(1), inputs(2), inputs(3, scale=0.1), inputs(4, positive=True, scale=0.01),
+        inputs(5, positive=True, scale=0.02)]
+    if not amsgrad:
+        state[4] = [None] * len(SIZES)
+    got = [[None if t is None else t.clone() for t in role] for role in state]
+    launch_kernel(list(zip(*got, strict=True)))
+    want = [[None if t is None else t.clone() for t in role] for role in state]
+    for slot in zip(*want, strict=True):
+        step_reference(*slot)
+    outputs = _ADAMW_ROLES[:1] + _ADAMW_ROLES[2:5 if amsgrad else 4]
+    yield from _checks(kernel, _ADAMW_ROLES, outputs, state, got, want, options)
 
 
 def _sgd(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
@@ -264,10 +288,58 @@ def _scaled_sigmoid_grad(device: torch.device, launch: Launcher | None) -> Itera
                     {"x": x, "grad_out": grad_out}, {"scale": _SIGMOID_SCALE})
 
 
+#: Three trials with their own hyperparameters and step counts (a trial that joined later).
+_COHORT_ADAMW = ((1e-3, 0.9, 0.999, 1e-8, 0.0, 1), (3e-2, 0.8, 0.99, 1e-6, 0.1, 10),
+                 (1e-1, 0.5, 0.9, 1e-8, 0.01, 4))
+_COHORT_SGD = ((0.01, 0.0, 0.0, 0.0), (0.1, 1e-4, 0.9, 0.0), (0.03, 1e-2, 0.5, 0.0))
+
+
+def _stacked(device: torch.device, dtype: torch.dtype, seed: int, **kwargs: Any
+             ) -> list[torch.Tensor]:
+    trials = [_inputs(device, dtype, seed + 100 * r, **kwargs) for r in range(3)]
+    return [torch.stack(parts) for parts in zip(*trials, strict=True)]
+
+
+def _adamw_cohort(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
+    scalars = [AdamWScalars.for_step(lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd,
+                                     step=step) for lr, b1, b2, eps, wd, step in _COHORT_ADAMW]
+    for dtype in DTYPES:
+        for amsgrad in (False, True):
+            yield from _adamw_checks(
+                "ht_adamw_cohort", functools.partial(_stacked, device, dtype), amsgrad,
+                lambda slots, a=amsgrad, d=dtype: _launches.adamw_cohort(
+                    slots, device, d, scalars, amsgrad=a, maximize=False, launch=launch),
+                lambda *slot: reference.adamw_cohort_step_(*slot, scalars),
+                {"scalars": scalars, "maximize": False})
+
+
+def _sgd_cohort(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
+    scalars = [SGDScalars.for_group(lr=lr, weight_decay=wd, momentum=m, dampening=d)
+               for lr, wd, m, d in _COHORT_SGD]
+    for dtype in DTYPES:
+        for nesterov in (False, True):
+            first_step = (False, not nesterov, nesterov)
+            state: list[list[torch.Tensor | None]] = [
+                _stacked(device, dtype, 6), _stacked(device, dtype, 7),
+                _stacked(device, dtype, 8, scale=0.1)]
+            got = [[t.clone() for t in role] for role in state]
+            _launches.sgd_cohort(list(zip(*got, strict=True)), device, dtype, scalars,
+                                 first_step, nesterov=nesterov, maximize=False, launch=launch)
+            want = [[t.clone() for t in role] for role in state]
+            for p, g, buf in zip(*want, strict=True):
+                reference.sgd_cohort_step_(p, g, buf, scalars, first_step, nesterov=nesterov)
+            options = {"scalars": scalars, "nesterov": nesterov, "first_step": first_step,
+                       "maximize": False}
+            yield from _checks("ht_sgd_cohort", _SGD_ROLES, ("param", "momentum_buffer"),
+                               state, got, want, options)
+
+
 CASES: dict[str, Callable[[torch.device, Launcher | None], Iterator[Check]]] = {
     "ht_adamw": _adamw,
     "ht_sgd": _sgd,
     "ht_scale": _scale,
     "ht_scaled_sigmoid": _scaled_sigmoid,
     "ht_scaled_sigmoid_grad": _scaled_sigmoid_grad,
+    "ht_adamw_cohort": _adamw_cohort,
+    "ht_sgd_cohort": _sgd_cohort,
 }

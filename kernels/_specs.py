@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from hoptune.kernels._source import KernelSpec, Param
 
-__all__ = ["ADAMW", "ALL", "SCALE", "SCALED_SIGMOID", "SCALED_SIGMOID_GRAD", "SGD"]
+__all__ = [
+    "ADAMW",
+    "ADAMW_COHORT",
+    "ALL",
+    "SCALE",
+    "SCALED_SIGMOID",
+    "SCALED_SIGMOID_GRAD",
+    "SGD",
+    "SGD_COHORT",
+]
 
 
 def _raw(name: str, type_: str = "int64") -> Param:
@@ -84,6 +93,61 @@ HT_FN(ht_sgd_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
 """,
 )
 
+# A cohort kernel updates the stacked tensors of several trials (axis 0 the trial) in one
+# launch. per_trial[t] is the number of elements of one trial in tensor t, so element k of
+# tensor t belongs to trial r = k / per_trial[t]; scalars is a (fields, n_trials) table of
+# each trial's host scalars (AdamWScalars / SGDScalars, then SGD's first_step as 0 or 1).
+_TRIAL = """
+const long long r = k / per_trial[t];
+"""
+
+
+def _cohort_inputs(roles: tuple[str, ...]) -> tuple[Param, ...]:
+    return (*(_raw(role) for role in roles), _raw("offsets"), _scalar("n_tensors", "int64"),
+            _raw("per_trial"), _raw("scalars", "real"), _scalar("n_trials", "int64"))
+
+
+ADAMW_COHORT = KernelSpec(
+    name="ht_adamw_cohort",
+    headers=("multi_tensor.cuh", "adamw.cuh"),
+    inputs=(
+        *_cohort_inputs(("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")),
+        _scalar("amsgrad", "int32"),
+        _scalar("maximize", "int32"),
+    ),
+    outputs=(),
+    operation=_LOCATE
+    + _TRIAL
+    + """
+HT_FN(ht_adamw_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
+    (HT_REAL *)exp_avgs[t] + k, (HT_REAL *)exp_avg_sqs[t] + k,
+    amsgrad ? (HT_REAL *)max_exp_avg_sqs[t] + k : (HT_REAL *)0,
+    scalars[r], scalars[n_trials + r], scalars[2 * n_trials + r],
+    scalars[3 * n_trials + r], scalars[4 * n_trials + r], scalars[5 * n_trials + r],
+    scalars[6 * n_trials + r], amsgrad, maximize)
+""",
+)
+
+SGD_COHORT = KernelSpec(
+    name="ht_sgd_cohort",
+    headers=("multi_tensor.cuh", "sgd.cuh"),
+    inputs=(
+        *_cohort_inputs(("params", "grads", "momentum_buffers")),
+        _scalar("nesterov", "int32"),
+        _scalar("maximize", "int32"),
+    ),
+    outputs=(),
+    operation=_LOCATE
+    + _TRIAL
+    + """
+const HT_REAL momentum = scalars[2 * n_trials + r];
+HT_FN(ht_sgd_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
+    momentum != 0 ? (HT_REAL *)momentum_buffers[t] + k : (HT_REAL *)0,
+    scalars[r], scalars[n_trials + r], momentum, scalars[3 * n_trials + r], nesterov,
+    scalars[4 * n_trials + r] != 0, maximize)
+""",
+)
+
 SCALE = KernelSpec(
     name="ht_scale",
     headers=("multi_tensor.cuh", "scale.cuh"),
@@ -108,4 +172,6 @@ SCALED_SIGMOID_GRAD = KernelSpec(
     operation="grad_x = HT_FN(ht_scaled_sigmoid_grad)(x, grad_out, scale)",
 )
 
-ALL: tuple[KernelSpec, ...] = (ADAMW, SGD, SCALE, SCALED_SIGMOID, SCALED_SIGMOID_GRAD)
+ALL: tuple[KernelSpec, ...] = (
+    ADAMW, SGD, SCALE, SCALED_SIGMOID, SCALED_SIGMOID_GRAD, ADAMW_COHORT, SGD_COHORT
+)

@@ -18,6 +18,8 @@ Python floats, shared by both paths through ``AdamWScalars`` and ``SGDScalars``.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -25,10 +27,13 @@ import torch
 __all__ = [
     "AdamWScalars",
     "SGDScalars",
+    "adamw_cohort_step_",
     "adamw_step_",
+    "per_trial",
     "scale_",
     "scaled_sigmoid",
     "scaled_sigmoid_grad",
+    "sgd_cohort_step_",
     "sgd_step_",
 ]
 
@@ -166,3 +171,107 @@ def scaled_sigmoid_grad(x: torch.Tensor, grad_out: torch.Tensor, scale: float) -
 def scale_(tensor: torch.Tensor, coef: torch.Tensor) -> None:
     """tensor *= coef in place (scale.cuh); coef is a one-element tensor."""
     tensor.mul_(coef)
+
+
+def per_trial(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
+    """values (one per trial) as a tensor of like's dtype and device that broadcasts over
+    like's leading trial axis: shape (N, 1, ..., 1).
+
+    Each value rounds to the dtype once, as a Python float scalar does in a torch
+    operation and as the kernels' scalar table does, so an operation with it
+    rounds as the single-trial step's operation with that trial's scalar.
+    """
+    return _column(tuple(values), like.device, like.dtype).view(_trial_shape(like))
+
+
+def _trial_shape(like: torch.Tensor) -> tuple[int, ...]:
+    return (like.shape[0],) + (1,) * (like.dim() - 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _column(values: tuple[float, ...], device: torch.device, dtype: torch.dtype
+            ) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64).to(device, dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _columns(scalars: tuple[AdamWScalars | SGDScalars, ...], device: torch.device,
+             dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Every field of the trials' scalars as one (N,) tensor each (``per_trial``'s rounding);
+    a step asks for the same ones for every parameter, so they are made once."""
+    names = [f.name for f in dataclasses.fields(scalars[0])]
+    rows = [[getattr(x, name) for x in scalars] for name in names]
+    table = torch.tensor(rows, dtype=torch.float64).to(device, dtype)
+    return dict(zip(names, table, strict=True))
+
+
+def _per_trial_fields(scalars: Sequence[AdamWScalars | SGDScalars], like: torch.Tensor
+                      ) -> dict[str, torch.Tensor]:
+    shape = _trial_shape(like)
+    return {k: v.view(shape) for k, v in _columns(tuple(scalars), like.device,
+                                                  like.dtype).items()}
+
+
+def adamw_cohort_step_(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    max_exp_avg_sq: torch.Tensor | None,
+    scalars: Sequence[AdamWScalars],
+    *,
+    maximize: bool = False,
+) -> None:
+    """``adamw_step_`` for a cohort: axis 0 of every tensor is the trial, and trial i steps
+    with ``scalars[i]`` (its own lr, betas, eps, weight decay and step count).
+
+    The same operations in the same order, each trial's scalar broadcast over its
+    slice, so trial i's slice equals ``adamw_step_`` on it alone, bit for bit (the
+    decay is applied even where it is 1: a product with 1 is exact).
+    """
+    s = _per_trial_fields(scalars, param).__getitem__
+    g = torch.neg(grad) if maximize else grad
+    exp_avg.add_(torch.sub(g, exp_avg).mul_(s("one_minus_beta1")))
+    exp_avg_sq.mul_(s("beta2")).add_(torch.mul(g, s("one_minus_beta2")).mul_(g))
+    v = exp_avg_sq
+    if max_exp_avg_sq is not None:
+        torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+        v = max_exp_avg_sq
+    denom = torch.sqrt(v).div_(s("bias_correction2_sqrt")).add_(s("eps"))
+    param.mul_(s("decay"))
+    param.add_(torch.mul(exp_avg, s("neg_step_size")).div_(denom))
+
+
+def sgd_cohort_step_(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    momentum_buffer: torch.Tensor | None,
+    scalars: Sequence[SGDScalars],
+    first_step: Sequence[bool],
+    *,
+    nesterov: bool,
+    maximize: bool = False,
+) -> None:
+    """``sgd_step_`` for a cohort: axis 0 is the trial; trial i steps with ``scalars[i]``,
+    starting its momentum buffer from the gradient where ``first_step[i]``.
+
+    Where a trial's weight decay is 0 its gradient is left as it is, and where its
+    momentum is 0 its buffer is neither read nor written, as in ``sgd_step_`` (and
+    sgd.cuh, which branches per element): so trial i's slice equals ``sgd_step_``
+    on it alone, bit for bit. momentum_buffer is needed iff some momentum is nonzero.
+    """
+    s = _per_trial_fields(scalars, param).__getitem__
+    g = torch.neg(grad) if maximize else grad
+    weight_decay = s("weight_decay")
+    g = torch.where(weight_decay != 0, torch.add(g, torch.mul(param, weight_decay)), g)
+    momentum = s("momentum")
+    if any(x.momentum != 0 for x in scalars):
+        if momentum_buffer is None:
+            raise ValueError("sgd_cohort_step_: a momentum is nonzero but momentum_buffer is None")
+        first = per_trial([float(f) for f in first_step], param) != 0
+        running = torch.mul(momentum_buffer, momentum).add_(torch.mul(g, s("one_minus_dampening")))
+        on = momentum != 0
+        momentum_buffer.copy_(torch.where(on, torch.where(first, g, running), momentum_buffer))
+        moved = torch.add(g, torch.mul(momentum_buffer, momentum)) if nesterov else momentum_buffer
+        g = torch.where(on, moved, g)
+    param.add_(torch.mul(g, s("neg_lr")))

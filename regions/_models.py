@@ -27,13 +27,24 @@ def _to_range(z: torch.Tensor, low: float, high: float) -> torch.Tensor:
     return low + kernels.scaled_sigmoid(z, high - low)
 
 
+def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``(a * b).sum(-1)``, summed left to right (``cumsum``; in float64 on the CPU).
+
+    Zeros appended to the last axis leave it bitwise unchanged: a fused cohort
+    zero-pads smaller embeddings to its largest (``regions._fusion``), and a
+    vectorised ``sum`` would group the terms of a longer row differently.
+    """
+    return torch.cumsum(a * b, dim=-1)[..., -1]
+
+
 class RatingMF(nn.Module):
     """Biased matrix factorisation: global + user + item bias + <user vector, item vector>.
 
     The score is mapped into the rating range by ``_to_range``. The global bias
     starts at the score of the training mean rating, the other biases at zero,
     the vectors at N(0, init_std²). ``regularization`` is ``reg`` times the mean
-    squared norm of the batch's user and item vectors.
+    squared norm of the batch's user and item vectors. Dot products and norms
+    sum left to right (``_dot``), so zero padding does not change them.
     """
 
     def __init__(
@@ -68,13 +79,14 @@ class RatingMF(nn.Module):
             self.global_bias
             + self.user_bias(users).squeeze(-1)
             + self.item_bias(items).squeeze(-1)
-            + (self.user_vectors(users) * self.item_vectors(items)).sum(-1)
+            + _dot(self.user_vectors(users), self.item_vectors(items))
         )
         return _to_range(z, self.low, self.high)
 
     def regularization(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        users = self.user_vectors(batch["user"]).pow(2).sum(-1)
-        items = self.item_vectors(batch["item"]).pow(2).sum(-1)
+        users = self.user_vectors(batch["user"])
+        items = self.item_vectors(batch["item"])
+        users, items = _dot(users, users), _dot(items, items)
         return self.reg * (users + items).mean()
 
 

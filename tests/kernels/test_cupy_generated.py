@@ -148,6 +148,15 @@ def _launch_every_kernel(dtype: str) -> None:
         param = torch.nn.Parameter(torch.ones(8, dtype=torch_dtype, device="cuda"))
         param.grad = torch.ones_like(param)
         make([param]).step()
+    for make in (
+        lambda p: kernels.CohortAdamW(p, lr=[1e-3, 1e-2], betas=[(0.9, 0.999)] * 2,
+                                      eps=[1e-8] * 2, weight_decay=[0.0, 0.1]),
+        lambda p: kernels.CohortSGD(p, lr=[0.1, 0.2], momentum=[0.9, 0.0], dampening=[0, 0],
+                                    weight_decay=[0.0, 0.1]),
+    ):
+        stacked = torch.nn.Parameter(torch.ones(2, 4, dtype=torch_dtype, device="cuda"))
+        stacked.grad = torch.ones_like(stacked)
+        make([stacked]).step()
     kernels.clip_grad_norm_([param], 0.1)
     x = torch.linspace(-3, 3, 16, dtype=torch_dtype, device="cuda", requires_grad=True)
     kernels.scaled_sigmoid(x, 5.0).sum().backward()
