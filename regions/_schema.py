@@ -29,6 +29,8 @@ from pydantic_core import PydanticCustomError
 __all__ = [
     "EXPECT",
     "Defaults",
+    "OPTIMIZERS",
+    "SCHEDULES",
     "TAGS",
     "Pruner",
     "RatingColumns",
@@ -46,6 +48,8 @@ EXPECT = {
     "validation_fraction": "a number > 0 and < 1",
     "optimizer": "one of fused_adamw, fused_sgd, adamw, sgd",
     "select": "'best' or 'last'",
+    "lr_schedule": "one of none, cosine, step",
+    "warmup_epochs": "an integer >= 0",
     "metric": "one of rmse, mae, accuracy, log_loss, auc",
     "params": "a table of hyperparameters",
     "space": "a table with one table per dimension",
@@ -61,6 +65,8 @@ EXPECT = {
     "timezone": "a time zone name such as 'UTC' or 'Europe/Berlin'",
 }
 TAGS = ("rating", "tabular")
+OPTIMIZERS = ("fused_adamw", "fused_sgd", "adamw", "sgd")
+SCHEDULES = ("none", "cosine", "step")
 
 _FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet"}
@@ -185,6 +191,8 @@ class Defaults(_Frozen):
     params: dict[str, Any] = Field(default_factory=dict)
     space: dict[str, Any] = Field(default_factory=dict)
     pruner: Pruner = Pruner()
+    lr_schedule: Literal["none", "cosine", "step"] = "none"
+    warmup_epochs: Natural = 0
     select: Literal["best", "last"] = "best"
     metric: Literal["rmse", "mae", "accuracy", "log_loss", "auc"] | None = None
     # what only a region needs may stand here too, for every region to inherit

@@ -256,7 +256,7 @@ def _train(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict
     data = rt.shard(manifest, report.shard)
     report.load_seconds = time.perf_counter() - started
     trained = train_pass(region, model, optimizer, data, seed=trial["seed"], epoch=epoch,
-                         shard=report.shard)
+                         shard=report.shard, position=position, params=trial["params"])
     report.trained = True
     report.samples, report.loss, report.train_seconds = (
         trained.samples, trained.loss, trained.seconds)

@@ -98,7 +98,8 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
             card = {
                 "region": region.name, "version": version, "created_at": now,
                 "family": region.family, "task": region.task, "params": best["params"],
-                "metric_name": family.metric_name, "metric": metric, "minimize": minimize,
+                "metric_name": family.scoring(manifest["meta"], best["params"])[0],
+                "metric": metric, "minimize": minimize,
                 "data_hash": manifest["hash"], "meta": manifest["meta"],
                 "ids_hash": _hash(ids),
                 "study_id": study_id, "trial_id": best["id"], "trial_number": best["number"],
@@ -121,7 +122,7 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
 def _decide(rt: Runtime, region: Any, family: Any, manifest: dict[str, Any],
             ids_hash: str | None, metric: float, minimize: bool, study_id: int
             ) -> dict[str, Any]:
-    name = family.metric_name
+    name = family.scoring(manifest["meta"], region.params)[0]
     decision: dict[str, Any] = {"challenger_metric": metric, "champion": None,
                                 "champion_metric": None}
     card = champion_card(rt.store, region.name)

@@ -15,7 +15,13 @@ from typing import Any
 import torch
 
 from hoptune import kernels
-from hoptune.regions import OPTIMIZER_PARAMS, RegionConfig, get_family, iter_batches
+from hoptune.regions import (
+    OPTIMIZER_PARAMS,
+    RegionConfig,
+    get_family,
+    iter_batches,
+    trial_settings,
+)
 
 __all__ = ["TrainedPass", "stream_seed", "build_trial_model", "make_trial_optimizer",
            "train_pass"]
@@ -43,11 +49,19 @@ def build_trial_model(region: RegionConfig, params: dict[str, Any], seed: int,
 
 def make_trial_optimizer(region: RegionConfig, params: dict[str, Any],
                          model: torch.nn.Module) -> torch.optim.Optimizer:
-    """The region's optimizer (fused by default) with the trial's optimizer parameters."""
+    """The trial's optimizer (the region's unless its params choose) with its parameters.
+
+    Each parameter group remembers its ``initial_lr`` (saved with the optimizer's
+    state): the learning-rate schedule scales that, hop by hop.
+    """
     hyper: dict[str, Any] = {k: params[k] for k in OPTIMIZER_PARAMS if k in params}
     if "beta1" in hyper or "beta2" in hyper:
         hyper["betas"] = (hyper.pop("beta1", 0.9), hyper.pop("beta2", 0.999))
-    return kernels.make_optimizer(region.optimizer, model.parameters(), **hyper)
+    name = trial_settings(region, params).optimizer
+    optimizer = kernels.make_optimizer(name, model.parameters(), **hyper)
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+    return optimizer
 
 
 @dataclass(frozen=True)
@@ -59,8 +73,13 @@ class TrainedPass:
 
 def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                data: dict[str, torch.Tensor], *, seed: int, epoch: int, shard: int,
+               position: int, params: dict[str, Any],
                clip_norm: float | None = None) -> TrainedPass:
     """Train ``model`` once over ``data`` (one shard) in shuffled minibatches.
+
+    The batch size and the learning rate (the schedule's factor for hop
+    (epoch, position) on the optimizer's initial one) are the trial's, from
+    its ``params`` over the region's settings.
 
     The minibatch order and every other random draw (dropout) derive from
     (trial seed, epoch, shard) alone, so the pass is the same wherever it runs
@@ -68,6 +87,10 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
     waits for that device once, at the end, to read the loss.
     """
     family = get_family(region)
+    settings = trial_settings(region, params)
+    scale = settings.lr_scale(epoch, position, region.shards)
+    for group in optimizer.param_groups:
+        group["lr"] = group.setdefault("initial_lr", group["lr"]) * scale
     generator = torch.Generator().manual_seed(stream_seed(seed, epoch, shard, "batches"))
     torch.manual_seed(stream_seed(seed, epoch, shard, "torch"))
     model.train()
@@ -75,7 +98,7 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
     # the loss is summed on the device: reading it each step would stall a GPU every batch
     device = next(iter(data.values())).device
     total, samples = torch.zeros((), dtype=torch.float64, device=device), 0
-    for batch in iter_batches(data, region.batch_size, generator):
+    for batch in iter_batches(data, settings.batch_size, generator):
         optimizer.zero_grad(set_to_none=True)
         loss = family.loss(model, batch)
         loss.backward()

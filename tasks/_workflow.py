@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from hoptune.regions import RegionConfig, get_family
+from hoptune.regions import RegionConfig, get_family, trial_settings
 from hoptune.tasks._checkpoint import keep_final
 from hoptune.tasks._hop import HopReport, model_at
 from hoptune.tasks._messages import Dispatch, hop_dispatch, promote_dispatch, tune_step_dispatch
@@ -57,7 +57,7 @@ def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
         epochs=region.epochs, seed=region.seed, space=space,
         region_config=region.model_dump(mode="json"), data_hash=manifest["hash"],
         manifest=manifest, nightly_run_id=nightly_run_id,
-        parent_id=parent_id, minimize=family.minimize)
+        parent_id=parent_id, minimize=family.scoring(manifest["meta"], region.params)[1])
     if configs is not None:
         defaults = {**family.default_params, **region.params}
         rt.db.create_trials(study_id, [({**defaults, **c}, trial_seed(region.seed, i))
@@ -204,9 +204,10 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
     failure = None
     if not math.isfinite(metric):
         outcome = "failed"
-        failure = f"validation {family.metric_name} is {metric} after epoch {epoch}"
-    elif epoch + 1 >= study["epochs"]:
-        outcome = "done"
+        name = family.scoring(manifest["meta"], trial["params"])[0]
+        failure = f"validation {name} is {metric} after epoch {epoch}"
+    elif epoch + 1 >= min(study["epochs"], trial_settings(region, trial["params"]).epochs):
+        outcome = "done"  # the trial's own epochs (a hyperparameter) within the study's
     elif study["space"] is not None and AshaPruner(
             reduction_factor=region.pruner.reduction_factor,
             min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"],

@@ -106,8 +106,9 @@ def _metric_name(study: dict[str, Any]) -> str:
     from hoptune.regions import RegionConfig, get_family
 
     try:
-        return get_family(RegionConfig.model_validate(study["region_config"])).metric_name
-    except (HoptuneError, ValueError):
+        family = get_family(RegionConfig.model_validate(study["region_config"]))
+        return family.scoring(study["manifest"]["meta"], study["region_config"]["params"])[0]
+    except (HoptuneError, ValueError, KeyError, TypeError):
         return "metric"
 
 
