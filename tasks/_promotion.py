@@ -24,6 +24,7 @@ from hoptune.tuner import (
     clean_staging,
     load_weights,
     next_version,
+    selected_epoch,
     set_champion,
     utcnow,
     write_version,
@@ -76,11 +77,11 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
     manifest = study_manifest(rt, study)
     best = db.trial(study["best_trial_id"])
     minimize = bool(study["minimize"])
-    # the challenger's weights are its final checkpoint, and their validation metric was
-    # recorded when its last epoch ended, on this same validation data
-    final = checkpoint_key(study_id, best["id"], best["epochs_done"] - 1, region.shards - 1)
-    weights = load_checkpoint(store, final).model  # on the CPU: the registry is for any host
-    metric = float(best["last_metric"])
+    # the challenger's weights are the end of its selected epoch (its best, or its last),
+    # whose validation metric was recorded when that epoch ended, on this same data
+    epoch, metric = selected_epoch(db.epochs(best["id"]), minimize, region.select)
+    chosen = checkpoint_key(study_id, best["id"], epoch, region.shards - 1)
+    weights = load_checkpoint(store, chosen).model  # on the CPU: the registry is for any host
     ids = load_id_maps(store, manifest) if manifest["task"] == "rating" else None
 
     locks, holder = Locks(db), f"study-{study_id}"
@@ -104,6 +105,7 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
                 "ids_hash": _hash(ids),
                 "study_id": study_id, "trial_id": best["id"], "trial_number": best["number"],
                 "seed": best["seed"], "epochs": best["epochs_done"],
+                "select": region.select, "selected_epoch": epoch,
                 "visit_orders": [e["visit_order"] for e in db.epochs(best["id"])],
                 "previous": decision.get("champion"),
                 "previous_metric": decision.get("champion_metric"),
