@@ -21,6 +21,11 @@ _NAMES = {
     "get_family": "hoptune.regions._families",
     "Objective": "hoptune.regions._families",
     "objective_of": "hoptune.regions._families",
+    "check_table": "hoptune.regions._data",
+    "read_rows": "hoptune.regions._data",
+    "UNKNOWN": "hoptune.regions._encode",
+    "decode_validation": "hoptune.regions._encode",
+    "encode_rows": "hoptune.regions._encode",
     "IngestResult": "hoptune.regions._ingest",
     "ingest": "hoptune.regions._ingest",
     "load_id_maps": "hoptune.regions._ingest",
@@ -43,6 +48,11 @@ _NAMES = {
 }
 
 __all__ = [
+    "UNKNOWN",
+    "check_table",
+    "decode_validation",
+    "encode_rows",
+    "read_rows",
     "Config",
     "Family",
     "IngestResult",
