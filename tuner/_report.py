@@ -107,8 +107,11 @@ def _metric_name(study: dict[str, Any]) -> str:
 
     try:
         family = get_family(RegionConfig.model_validate(study["region_config"]))
-        return family.scoring(study["manifest"]["meta"], study["region_config"]["params"])[0]
-    except (HoptuneError, ValueError, KeyError, TypeError):
+        meta = (study.get("manifest") or {}).get("meta")
+        if meta is None:
+            return family.metric_name
+        return family.scoring(meta, study["region_config"].get("params", {}))[0]
+    except (HoptuneError, ValueError):
         return "metric"
 
 

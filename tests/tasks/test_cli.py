@@ -146,10 +146,11 @@ lr = { type = "real", low = 0.001, high = 0.3, prior = "log" }
          "hoptune.toml: regions.north.space.lr: unknown type 'float' "
          "(expected one of: categorical, int, real)"),
         # the family's names are checked before the data is ingested, not after
-        ('batch_size = { type = "int", low = 32, high = 256 }',
+        ('batch_sise = { type = "int", low = 32, high = 256 }',
          "hoptune.toml: region 'north': space: family 'rating_mf' has no parameter "
-         "'batch_size' (known: amsgrad, beta1, beta2, dampening, embedding_dim, eps, "
-         "init_std, lr, momentum, nesterov, reg, weight_decay)"),
+         "'batch_sise' (known: amsgrad, batch_size, beta1, beta2, dampening, embedding_dim, "
+         "epochs, eps, init_std, lr, lr_schedule, momentum, nesterov, optimizer, reg, "
+         "warmup_epochs, weight_decay)"),
     ],
     ids=["low-not-below-high", "log-of-zero", "empty-choices", "unknown-type",
          "not-a-family-parameter"],
