@@ -40,8 +40,15 @@ class MAERating(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         users, items = batch["user"], batch["item"]
-        score = (self.mean + self.user_bias(users).squeeze(-1) + self.item_bias(items).squeeze(-1)
-                 + (self.user(users) * self.item(items)).sum(-1))
+        # -1 is an id the model never saw (serving, or a champion scoring new rows):
+        # it contributes no bias and no vector, so the mean and the known side remain
+        known_user, known_item = users >= 0, items >= 0
+        users, items = users.clamp(min=0), items.clamp(min=0)
+        score = (self.mean
+                 + torch.where(known_user, self.user_bias(users).squeeze(-1), 0.0)
+                 + torch.where(known_item, self.item_bias(items).squeeze(-1), 0.0)
+                 + torch.where(known_user & known_item,
+                               (self.user(users) * self.item(items)).sum(-1), 0.0))
         return score.clamp(self.low, self.high)
 
 
