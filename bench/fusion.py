@@ -127,19 +127,20 @@ def measure(name: str, spec: dict[str, Any], sizes: tuple[int, ...], rounds: int
     for k in sizes:
         single, cohort, overhead = [], [], []
         train_cohort_pass(region, _members(region, spec, k, device), data, epoch=0, shard=0,
-                          meta=spec["meta"])  # warm-up: first calls, allocator
+                          position=0, meta=spec["meta"])  # warm-up: first calls, allocator
         for r in range(rounds):
             members = _members(region, spec, k, device)
             _sync(device)
             started = time.perf_counter()
             for m in members:
-                train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=r, shard=0)
+                train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=r, shard=0,
+                           position=0, params=m.params)
             _sync(device)
             single.append(time.perf_counter() - started)
             members = _members(region, spec, k, device)
             _sync(device)
             started = time.perf_counter()
-            passes = train_cohort_pass(region, members, data, epoch=r, shard=0,
+            passes = train_cohort_pass(region, members, data, epoch=r, shard=0, position=0,
                                        meta=spec["meta"])
             _sync(device)
             wall = time.perf_counter() - started

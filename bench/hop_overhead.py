@@ -81,10 +81,12 @@ def _calibrate(home: Path, hop_seconds: float) -> tuple[int, int]:
     model = build_trial_model(region, params, 0, manifest["meta"])
     optimizer = make_trial_optimizer(region, params, model)
     shard = load_shard(store, manifest, 0)
-    train_pass(region, model, optimizer, shard, seed=0, epoch=0, shard=0)  # warm-up
+    train_pass(region, model, optimizer, shard, seed=0, epoch=0, shard=0, position=0,
+               params=params)  # warm-up
     # the fastest of three passes: the machine is shared, a slow pass measures the neighbours
     rate = max(p.samples / p.seconds for p in
-               (train_pass(region, model, optimizer, shard, seed=0, epoch=e, shard=0)
+               (train_pass(region, model, optimizer, shard, seed=0, epoch=e, shard=0, position=0,
+                           params=params)
                 for e in range(1, 4)))
     shutil.rmtree(home / "calibration")
     size = sum(p.numel() for p in model.parameters())

@@ -1,9 +1,11 @@
 """Region configuration: one TOML file, validated once into frozen objects.
 
-``[defaults]`` holds what every region inherits; each ``[regions.NAME]`` table
-may override any of it. ``params`` and ``pruner`` merge key by key over the
-defaults, ``space`` merges by dimension name (a region's dimension replaces the
-default's). The search space stays raw (a dict of dicts): the tuner parses it.
+``[defaults]`` holds what every region inherits, and any region field may
+stand there (``family``, ``task``, ``columns``, ``rating_range``, even
+``data``); each ``[regions.NAME]`` table may override any of it. ``params``
+and ``pruner`` merge key by key over the defaults, ``space`` merges by
+dimension name (a region's dimension replaces the default's).
+The search space stays raw (a dict of dicts): the tuner parses it.
 
 Every problem is a ``ConfigError`` of one line that names the file, the field
 path and the bad value, e.g. ``hoptune.toml: regions.north.shards: must be an
@@ -64,9 +66,9 @@ def load_config(path: str | Path) -> Config:
     if not regions_raw:
         raise ConfigError(f"{where}: regions: at least one [regions.NAME] table is required")
 
-    defaults = _validate(Defaults, defaults_raw, where, "defaults", {})
+    _validate(Defaults, defaults_raw, where, "defaults", {"base": path.parent})
     schedule = _validate(Schedule, schedule_raw, where, "schedule", {})
-    inherited = defaults.model_dump()
+    inherited = copy.deepcopy(defaults_raw)
     regions: dict[str, RegionConfig] = {}
     for name, table in regions_raw.items():
         prefix = f"regions.{name}"
@@ -80,7 +82,7 @@ def load_config(path: str | Path) -> Config:
             raise ConfigError(f"{where}: {prefix}: unknown field 'name'")
         merged = {"name": name, **copy.deepcopy(inherited), **copy.deepcopy(table)}
         for key in _MERGED_TABLES:
-            if isinstance(table.get(key), dict):
+            if isinstance(table.get(key), dict) and isinstance(inherited.get(key), dict):
                 merged[key] = {**copy.deepcopy(inherited[key]), **copy.deepcopy(table[key])}
         context = {"base": path.parent}
         regions[name] = _validate(RegionConfig, merged, where, prefix, context)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,18 +24,41 @@ from hoptune.core import DataError
 from hoptune.regions._config import display_path
 from hoptune.regions._schema import RatingColumns, RegionConfig
 
-__all__ = ["read_table"]
+__all__ = ["check_table", "read_rows", "read_table"]
 
 
 def read_table(region: RegionConfig) -> pd.DataFrame:
     """The region's table with its named columns checked and converted, in file order."""
     where = display_path(region.data)
-    raw = _read(region, where)
+    return check_table(_read(region.data, region.format, where), region, where)
+
+
+def read_rows(path: Path, region: RegionConfig) -> pd.DataFrame:
+    """Rows to predict from a CSV or Parquet file, checked like the region's own table.
+
+    The target column (rating or label) may be absent.
+    """
+    where = display_path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".parquet"):
+        raise DataError(f"{where}: must end in .csv or .parquet")
+    return check_table(_read(path, suffix[1:], where), region, where, target=False)
+
+
+def check_table(raw: pd.DataFrame, region: RegionConfig, where: str, *, target: bool = True
+                ) -> pd.DataFrame:
+    """``raw``'s named columns checked and converted (``where`` names it in errors).
+
+    With ``target=False`` the rating or label column is checked only if present.
+    """
     columns = region.columns
     if isinstance(columns, RatingColumns):
         ids, numbers = [columns.user, columns.item], [columns.rating]
     else:
         ids, numbers = [], [*columns.features, columns.label]
+    label = columns.rating if isinstance(columns, RatingColumns) else columns.label
+    if not target and label not in raw.columns:
+        numbers.remove(label)
     for name in ids + numbers:
         if name not in raw.columns:
             found = ", ".join(str(c) for c in raw.columns)
@@ -47,7 +71,7 @@ def read_table(region: RegionConfig) -> pd.DataFrame:
         table[name] = _ids(raw[name], f"{where}: column {name!r}")
     for name in numbers:
         table[name] = _numbers(raw[name], f"{where}: column {name!r}", _rule(region, name))
-    if region.task == "classification":
+    if region.task == "classification" and label in table.columns:
         table[columns.label] = table[columns.label].astype(np.int64)
     return table
 
@@ -72,20 +96,20 @@ def _rule(region: RegionConfig, name: str) -> Rule | None:
     return None
 
 
-def _read(region: RegionConfig, where: str) -> pd.DataFrame:
+def _read(path: Path, format: str, where: str) -> pd.DataFrame:
     """Every column of the file; a CSV's cells as text, so that we convert them ourselves."""
-    if not region.data.is_file():
+    if not path.is_file():
         raise DataError(f"{where}: no such file")
     try:
-        if region.format == "csv":
-            return pd.read_csv(region.data, dtype=str, keep_default_na=False)
-        return pq.read_table(region.data).to_pandas()
+        if format == "csv":
+            return pd.read_csv(path, dtype=str, keep_default_na=False)
+        return pq.read_table(path).to_pandas()
     except pd.errors.EmptyDataError:
         raise DataError(f"{where}: empty file (no header row)") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{where}: cannot read CSV: not UTF-8 text (byte {exc.start})") from None
     except (pd.errors.ParserError, pa.ArrowException, OSError) as exc:
-        kind = "CSV" if region.format == "csv" else "Parquet"
+        kind = "CSV" if format == "csv" else "Parquet"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise DataError(f"{where}: cannot read {kind}: {first}") from None
 

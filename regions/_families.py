@@ -9,7 +9,9 @@ of dropout in training mode. Every model takes the data dict of
 Built-ins: ``rating_mf`` (biased matrix factorisation, ``regions._models``) and
 ``mlp`` (a tabular MLP). ``package.module:function`` names a factory called as
 ``function(params, meta) -> torch.nn.Module``, imported when the family is
-first asked for, never at configuration time.
+first asked for, never at configuration time; it declares the parameter
+names it reads in its ``params`` attribute. Every family also accepts the
+optimizer's parameters and the training settings (``TRAINING_PARAMS``).
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from hoptune.core import ConfigError
+from hoptune.regions._metrics import METRICS, default_metric
 from hoptune.regions._models import ACTIVATIONS, RatingMF, TabularMLP
 from hoptune.regions._schema import RegionConfig
+from hoptune.regions._trial_settings import TRAINING_PARAMS, check_training_space
 
-__all__ = ["Family", "OPTIMIZER_PARAMS", "get_family"]
+__all__ = ["Family", "OPTIMIZER_PARAMS", "Objective", "get_family", "objective_of"]
 
 OPTIMIZER_PARAMS = (
     "lr",
@@ -51,28 +55,44 @@ _EVAL_CHUNK = 65536
 class Family(ABC):
     """Builds, trains and scores the models of one region's task.
 
-    ``metric_name``/``minimize`` follow the task: RMSE (minimize) for rating and
-    regression, accuracy (maximize) for classification. ``loss`` is the task's
-    loss plus ``model.regularization(batch)`` when the model defines it.
+    The metric is the region's ``metric`` (default: RMSE for rating and
+    regression, accuracy for classification; see ``regions._metrics``).
+    ``loss`` is the task's loss (MSE, cross-entropy) plus
+    ``model.regularization(batch)`` when the model defines it. A factory's
+    model may bring its own objective instead (``Objective``): then its
+    ``loss`` and ``metric`` are used, and its ``minimize``.
     """
 
     name: str
     default_params: Mapping[str, Any]
 
-    def __init__(self, task: str) -> None:
+    def __init__(self, task: str, metric: str | None = None) -> None:
         self.task = task
         self._target = "rating" if task == "rating" else "y"
+        self._metric = METRICS[metric or default_metric(task)]
+        if task not in self._metric.tasks:
+            raise ConfigError(f"metric {self._metric.name!r} is not for task {task!r} "
+                              f"(it is for: {', '.join(self._metric.tasks)})")
 
     @property
     def metric_name(self) -> str:
-        return "accuracy" if self.task == "classification" else "rmse"
+        return self._metric.name
 
     @property
     def minimize(self) -> bool:
-        return self.task != "classification"
+        return self._metric.minimize
+
+    def scoring(self, meta: Mapping[str, Any], params: Mapping[str, Any] | None = None
+                ) -> tuple[str, bool]:
+        """(metric name, minimize) of the models built on ``meta`` (and ``params``)."""
+        return self.metric_name, self.minimize
 
     def params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``params`` merged over ``default_params``: the complete hyperparameters."""
+        """``params`` merged over ``default_params``: the complete hyperparameters.
+
+        A name the family does not read is refused (``ConfigError``).
+        """
+        self.unknown(params, "")
         return {**self.default_params, **params}
 
     def build(self, params: Mapping[str, Any], meta: Mapping[str, Any]) -> nn.Module:
@@ -81,6 +101,9 @@ class Family(ABC):
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The training loss of ``batch``, regularisation included."""
+        objective = objective_of(model)
+        if objective is not None:
+            return objective.loss(model, batch)
         output = model(batch)
         target = batch[self._target]
         if self.task == "classification":
@@ -93,30 +116,42 @@ class Family(ABC):
     def evaluate(self, model: nn.Module, data: dict[str, torch.Tensor]) -> float:
         """The metric over all of ``data``, in eval mode and without gradients.
 
-        Computed where the model and data are, summed there in float64, and read
-        once at the end (a GPU is not waited for chunk by chunk).
+        The model's output is gathered where the model and data are, chunk by
+        chunk, and the metric computed once over all of it.
         """
-        target = data[self._target]
-        rows = len(target)
+        rows = len(next(iter(data.values())))
         if rows == 0:
             raise ValueError("cannot evaluate on empty data")
         was_training = model.training
         model.eval()
-        total = torch.zeros((), dtype=torch.float64, device=target.device)
         try:
             with torch.no_grad():
-                for start in range(0, rows, _EVAL_CHUNK):
-                    chunk = {k: v[start : start + _EVAL_CHUNK] for k, v in data.items()}
-                    output = model(chunk)
-                    if self.task == "classification":
-                        hits = output.argmax(dim=-1) == chunk[self._target]
-                        total += hits.sum()
-                    else:
-                        total += (output - chunk[self._target]).double().pow(2).sum()
+                objective = objective_of(model)
+                if objective is not None:
+                    return float(objective.metric(model, data))
+                output = torch.cat([model({k: v[start: start + _EVAL_CHUNK]
+                                           for k, v in data.items()})
+                                    for start in range(0, rows, _EVAL_CHUNK)])
+                return float(self._metric.compute(output, data[self._target]))
         finally:
             model.train(was_training)
-        value = float(total)
-        return value / rows if self.task == "classification" else (value / rows) ** 0.5
+
+    @property
+    def known(self) -> frozenset[str]:
+        """Every hyperparameter name the family, its optimizer or its training loop reads."""
+        return (frozenset(self.default_params) | frozenset(OPTIMIZER_PARAMS)
+                | frozenset(TRAINING_PARAMS))
+
+    def unknown(self, names: Iterable[str], where: str) -> None:
+        """Raise a ConfigError for the first of ``names`` this family does not read."""
+        for key in names:
+            if key not in self.known:
+                raise ConfigError(
+                    f"{where}family {self.name!r} has no parameter {key!r} "
+                    f"(known: {', '.join(sorted(self.known))}){self._declare_hint}"
+                )
+
+    _declare_hint = ""
 
     @abstractmethod
     def _build(self, params: dict[str, Any], meta: Mapping[str, Any]) -> nn.Module:
@@ -127,24 +162,7 @@ class Family(ABC):
 
 
 class _BuiltIn(Family):
-    """A family whose hyperparameters are known: other names (typos) are refused."""
-
-    @property
-    def known(self) -> frozenset[str]:
-        return frozenset(self.default_params) | frozenset(OPTIMIZER_PARAMS)
-
-    def unknown(self, names: Iterable[str], where: str) -> None:
-        """Raise a ConfigError for the first of ``names`` this family does not know."""
-        for key in names:
-            if key not in self.known:
-                raise ConfigError(
-                    f"{where}family {self.name!r} has no parameter {key!r} "
-                    f"(known: {', '.join(sorted(self.known))})"
-                )
-
-    def params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        self.unknown(params, "")
-        return super().params(params)
+    """A built-in family: its hyperparameters are its ``default_params``' names."""
 
     def _number(self, params: dict[str, Any], key: str, kind: type, low: float) -> Any:
         value = params[key]
@@ -207,35 +225,102 @@ class _MLPFamily(_BuiltIn):
 
 
 class _FactoryFamily(Family):
-    """A user's ``package.module:function``; any parameter names are passed through."""
+    """A user's ``package.module:function``, which declares the parameter names it reads.
 
-    default_params = MappingProxyType(dict(_OPTIMIZER_DEFAULTS))
+    The declaration is the function's ``params`` attribute: a dict of names and
+    their defaults (or a list of names). Any other name in a region's params
+    or space is refused, so a typo is an error rather than a setting that is
+    silently never read.
+    """
 
-    def __init__(self, task: str, name: str, factory: Callable[..., Any]) -> None:
-        super().__init__(task)
+    def __init__(self, task: str, name: str, factory: Callable[..., Any],
+                 metric: str | None = None) -> None:
+        super().__init__(task, metric)
         self.name = name
         self._factory = factory
+        declared = getattr(factory, "params", None) or {}
+        if not isinstance(declared, Mapping):
+            declared = dict.fromkeys(declared)
+        self._declared = dict(declared)
+        self.default_params = MappingProxyType(
+            {**_OPTIMIZER_DEFAULTS, **{k: v for k, v in declared.items() if v is not None}})
+        self._declare_hint = (
+            "; a factory lists the names it reads in its `params` attribute"
+            if not self._declared else "")
+
+    @property
+    def known(self) -> frozenset[str]:
+        return super().known | frozenset(self._declared)
 
     def _build(self, params: dict[str, Any], meta: Mapping[str, Any]) -> nn.Module:
-        model = self._factory(params, dict(meta))
-        if not isinstance(model, nn.Module):
-            raise ConfigError(
-                f"family {self.name!r} returned {type(model).__name__}, not a torch.nn.Module"
-            )
-        return model
+        made = self._factory(params, dict(meta))
+        if isinstance(made, nn.Module):
+            return made
+        if isinstance(made, Objective):
+            model = made.model
+            if isinstance(model, nn.Module):
+                object.__setattr__(model, _OBJECTIVE, made)  # a plain attribute, not a module
+                return model
+            raise ConfigError(f"family {self.name!r} returned an objective whose model is "
+                              f"{type(model).__name__}, not a torch.nn.Module")
+        raise ConfigError(
+            f"family {self.name!r} returned {type(made).__name__}, not a torch.nn.Module "
+            f"nor an object with model, loss, metric and minimize"
+        )
+
+    def scoring(self, meta: Mapping[str, Any], params: Mapping[str, Any] | None = None
+                ) -> tuple[str, bool]:
+        """A factory's objective says; a model of ``params`` is built to ask it."""
+        with torch.random.fork_rng(devices=[]):
+            objective = objective_of(self.build(params or {}, meta))
+        if objective is None:
+            return super().scoring(meta)
+        return getattr(objective, "metric_name", "metric"), bool(objective.minimize)
+
+
+@runtime_checkable
+class Objective(Protocol):
+    """What a factory may return instead of a bare model: the model and how to judge it.
+
+    ``loss(model, batch)`` is the training loss of a batch (a tensor with a
+    gradient); ``metric(model, data)`` the validation metric over the whole
+    validation set (a float; called in eval mode without gradients);
+    ``minimize`` whether lower is better; ``metric_name`` (optional) its name
+    in reports and on the card.
+    """
+
+    model: nn.Module
+    minimize: bool
+
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+    def metric(self, model: nn.Module, data: dict[str, torch.Tensor]) -> float: ...
+
+
+_OBJECTIVE = "_hoptune_objective"
+
+
+def objective_of(model: nn.Module) -> Objective | None:
+    """The objective a factory returned with ``model``, or None for a bare model."""
+    return model.__dict__.get(_OBJECTIVE)
 
 
 def get_family(region: RegionConfig) -> Family:
     """The family of ``region``, its ``params`` and ``space`` names checked for built-ins."""
-    if region.family == "rating_mf":
-        family: Family = _RatingMFFamily(region.task)
-    elif region.family == "mlp":
-        family = _MLPFamily(region.task)
-    else:
-        family = _FactoryFamily(region.task, region.family, _import(region))
-    if isinstance(family, _BuiltIn):
-        family.unknown(region.params, f"region {region.name!r}: params: ")
-        family.unknown(region.space, f"region {region.name!r}: space: ")
+    try:
+        if region.family == "rating_mf":
+            family: Family = _RatingMFFamily(region.task, region.metric)
+        elif region.family == "mlp":
+            family = _MLPFamily(region.task, region.metric)
+        else:
+            family = _FactoryFamily(region.task, region.family, _import(region), region.metric)
+    except ConfigError as exc:
+        if str(exc).startswith("region "):
+            raise
+        raise ConfigError(f"region {region.name!r}: {exc}") from None
+    family.unknown(region.params, f"region {region.name!r}: params: ")
+    family.unknown(region.space, f"region {region.name!r}: space: ")
+    check_training_space(region)
     return family
 
 

@@ -75,11 +75,28 @@ class RatingMF(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         users, items = batch["user"], batch["item"]
+        if not self.training:  # scoring or serving: rows may hold ids never trained on
+            return self._with_unknown(users, items)
         z = (
             self.global_bias
             + self.user_bias(users).squeeze(-1)
             + self.item_bias(items).squeeze(-1)
             + _dot(self.user_vectors(users), self.item_vectors(items))
+        )
+        return _to_range(z, self.low, self.high)
+
+    def _with_unknown(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """The same score, where index -1 (an id this model never saw) adds no bias and
+        no vector term: an unknown user gets global + item bias, an unknown item
+        global + user bias, both unknown the global bias alone."""
+        known_user, known_item = users >= 0, items >= 0
+        u, i = users.clamp(min=0), items.clamp(min=0)
+        z = (
+            self.global_bias
+            + torch.where(known_user, self.user_bias(u).squeeze(-1), 0.0)
+            + torch.where(known_item, self.item_bias(i).squeeze(-1), 0.0)
+            + torch.where(known_user & known_item,
+                          (self.user_vectors(u) * self.item_vectors(i)).sum(-1), 0.0)
         )
         return _to_range(z, self.low, self.high)
 

@@ -29,6 +29,8 @@ from pydantic_core import PydanticCustomError
 __all__ = [
     "EXPECT",
     "Defaults",
+    "OPTIMIZERS",
+    "SCHEDULES",
     "TAGS",
     "Pruner",
     "RatingColumns",
@@ -45,6 +47,10 @@ EXPECT = {
     "reduction_factor": "an integer >= 2",
     "validation_fraction": "a number > 0 and < 1",
     "optimizer": "one of fused_adamw, fused_sgd, adamw, sgd",
+    "select": "'best' or 'last'",
+    "lr_schedule": "one of none, cosine, step",
+    "warmup_epochs": "an integer >= 0",
+    "metric": "one of rmse, mae, accuracy, log_loss, auc",
     "params": "a table of hyperparameters",
     "space": "a table with one table per dimension",
     "pruner": "a table",
@@ -59,6 +65,8 @@ EXPECT = {
     "timezone": "a time zone name such as 'UTC' or 'Europe/Berlin'",
 }
 TAGS = ("rating", "tabular")
+OPTIMIZERS = ("fused_adamw", "fused_sgd", "adamw", "sgd")
+SCHEDULES = ("none", "cosine", "step")
 
 _FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet"}
@@ -183,6 +191,16 @@ class Defaults(_Frozen):
     params: dict[str, Any] = Field(default_factory=dict)
     space: dict[str, Any] = Field(default_factory=dict)
     pruner: Pruner = Pruner()
+    lr_schedule: Literal["none", "cosine", "step"] = "none"
+    warmup_epochs: Natural = 0
+    select: Literal["best", "last"] = "best"
+    metric: Literal["rmse", "mae", "accuracy", "log_loss", "auc"] | None = None
+    # what only a region needs may stand here too, for every region to inherit
+    data: Path | None = None
+    family: Name | None = None
+    task: Literal["rating", "regression", "classification"] | None = None
+    columns: Columns | None = None
+    rating_range: tuple[Number, Number] | None = None
 
     @field_validator("params", mode="before")
     @classmethod
@@ -206,6 +224,28 @@ class Defaults(_Frozen):
             return copy.deepcopy(value)
         return value
 
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data_path(cls, value: Any, info: ValidationInfo) -> Path:
+        if not isinstance(value, str) or Path(value).suffix.lower() not in _SUFFIXES:
+            raise ValueError("bad data path")
+        base = (info.context or {}).get("base", Path.cwd())
+        return (Path(base) / Path(value).expanduser()).resolve()
+
+    @field_validator("family")
+    @classmethod
+    def _family(cls, value: str | None) -> str | None:
+        if value not in (None, "rating_mf", "mlp") and not _FACTORY.fullmatch(value):
+            raise ValueError("bad family")
+        return value
+
+    @field_validator("rating_range")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not value[0] < value[1]:
+            raise ValueError("low >= high")
+        return value
+
 
 class RegionConfig(Defaults):
     """One region: its data, model family, task and the settings it inherited.
@@ -219,7 +259,6 @@ class RegionConfig(Defaults):
     family: Name
     task: Literal["rating", "regression", "classification"]
     columns: Columns
-    rating_range: tuple[Number, Number] | None = None
 
     @property
     def format(self) -> str:
@@ -238,28 +277,6 @@ class RegionConfig(Defaults):
         if data.get("task") == "rating":
             data.setdefault("columns", {})
         return data
-
-    @field_validator("data", mode="before")
-    @classmethod
-    def _data_path(cls, value: Any, info: ValidationInfo) -> Path:
-        if not isinstance(value, str) or Path(value).suffix.lower() not in _SUFFIXES:
-            raise ValueError("bad data path")
-        base = (info.context or {}).get("base", Path.cwd())
-        return (Path(base) / Path(value).expanduser()).resolve()
-
-    @field_validator("family")
-    @classmethod
-    def _family(cls, value: str) -> str:
-        if value not in ("rating_mf", "mlp") and not _FACTORY.fullmatch(value):
-            raise ValueError("bad family")
-        return value
-
-    @field_validator("rating_range")
-    @classmethod
-    def _ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
-        if value is not None and not value[0] < value[1]:
-            raise ValueError("low >= high")
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> RegionConfig:

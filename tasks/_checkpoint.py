@@ -123,15 +123,17 @@ def set_aside(store: Store, key: str, stamp: str) -> str:
 
 
 def keep_final(store: Store, study_id: int, trial_id: int, epoch: int | None,
-               shards: int) -> None:
-    """An ended trial keeps only its final weights (epoch ``epoch``'s last hop), if any.
+               shards: int, also: tuple[int, ...] = ()) -> None:
+    """An ended trial keeps only its final weights (epoch ``epoch``'s last hop), if any,
+    and the end of each epoch in ``also`` (the best epoch's, which promotion may take).
 
     Promotion and the report read nothing else, and replaying a trial needs
     no checkpoint at all (it retrains from its seed in its recorded visit
     order). Checkpoints set aside as unreadable stay for an operator to see.
     """
-    keep = checkpoint_key(study_id, trial_id, epoch, shards - 1) if epoch is not None else None
+    ends = (*also, epoch) if epoch is not None else ()
+    keep = {checkpoint_key(study_id, trial_id, e, shards - 1) for e in ends}
     prefix = checkpoint_key(study_id, trial_id, 0, 0).rsplit("/", 1)[0]
     for key in store.list(prefix):
-        if key != keep and ".unreadable-" not in key:
+        if key not in keep and ".unreadable-" not in key:
             store.delete(key)

@@ -38,7 +38,7 @@ from hoptune.regions import (
     iter_batches,
     log_unfused,
 )
-from hoptune.tasks._training import TrainedPass, stream_seed, train_pass
+from hoptune.tasks._training import TrainedPass, batch_generator, start_pass, train_pass
 
 __all__ = ["Member", "batch_generator", "train_cohort_pass"]
 
@@ -53,11 +53,6 @@ class Member:
     params: dict[str, Any]
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-
-
-def batch_generator(seed: int, epoch: int, shard: int) -> torch.Generator:
-    """The generator of a trial's minibatch order in one pass: (seed, epoch, shard) alone."""
-    return torch.Generator().manual_seed(stream_seed(seed, epoch, shard, "batches"))
 
 
 def _cohort_optimizer(members: Sequence[Member], params: list[torch.Tensor]
@@ -132,7 +127,7 @@ def _store_states(fused: FusedModel, optimizer: Any, members: Sequence[Member]) 
 
 def train_cohort_pass(region: RegionConfig, members: Sequence[Member],
                       data: dict[str, torch.Tensor], *, epoch: int, shard: int,
-                      meta: dict[str, Any], clip_norm: float | None = None
+                      position: int, meta: dict[str, Any], clip_norm: float | None = None
                       ) -> list[TrainedPass]:
     """Train every member once over ``data`` (one shard), fused where they can be.
 
@@ -143,20 +138,28 @@ def train_cohort_pass(region: RegionConfig, members: Sequence[Member],
     arithmetic is (see tests/tasks/test_cohort.py).
     """
     family = get_family(region)
+
+    def alone(m: Member) -> TrainedPass:
+        return train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=epoch,
+                          shard=shard, position=position, params=m.params, clip_norm=clip_norm)
+
     if len(members) == 1:
-        m = members[0]
-        return [train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=epoch,
-                           shard=shard, clip_norm=clip_norm)]
+        return [alone(members[0])]
+    # each member's learning rate is its schedule's for this hop before the cohort reads it
+    settings = [start_pass(region, m.optimizer, params=m.params, epoch=epoch,
+                           position=position) for m in members]
     fusion = _fuse(region, family, members, data, meta, clip_norm)
+    if not isinstance(fusion, Unfusable) and len({s.batch_size for s in settings}) != 1:
+        fusion = Unfusable("the members' batch sizes differ: their passes take different "
+                           "numbers of steps")
     if isinstance(fusion, Unfusable):
         log_unfused(family, fusion)
-        return [train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=epoch,
-                           shard=shard, clip_norm=clip_norm) for m in members]
+        return [alone(m) for m in members]
     fused, optimizer = fusion
     _load_states(fused, optimizer, members)
     started = time.perf_counter()
-    streams = [iter_batches(data, region.batch_size, batch_generator(m.seed, epoch, shard))
-               for m in members]
+    streams = [iter_batches(data, s.batch_size, batch_generator(m.seed, epoch, shard))
+               for m, s in zip(members, settings, strict=True)]
     device = next(iter(data.values())).device
     totals = torch.zeros(len(members), dtype=torch.float64, device=device)
     samples = 0

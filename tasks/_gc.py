@@ -1,9 +1,11 @@
 """Checkpoint retention, and ``hoptune gc`` for what older studies left in the store.
 
 While a trial runs it keeps its two latest checkpoints (enough to resume, and
-to rewind once if the latest is unreadable); when it ends it keeps only its
-final weights, which promotion reads (a champion's weights are copied into the
-registry, so they outlive its checkpoints); a failed trial keeps none.
+to rewind once if the latest is unreadable) and the end of its best epoch so
+far; when it ends it keeps only its final weights and, with ``select =
+"best"``, its best epoch's, which promotion reads (a champion's weights are
+copied into the registry, so they outlive its checkpoints); a failed trial
+keeps none.
 ``hoptune gc`` applies the same rule to finished studies (those from before it
 existed too), and with ``--older-than DAYS`` removes every checkpoint of
 studies that ended longer ago than that.
@@ -17,7 +19,7 @@ from datetime import timedelta
 from hoptune.core import Store
 from hoptune.tasks._checkpoint import checkpoint_key
 from hoptune.tasks._runtime import Runtime
-from hoptune.tuner import utcnow
+from hoptune.tuner import selected_epoch, utcnow
 
 __all__ = ["Collected", "collect"]
 
@@ -43,9 +45,13 @@ def collect(rt: Runtime, *, older_than_days: float | None = None, dry_run: bool 
         if cutoff is not None and study["finished_at"] < cutoff:
             _remove(rt.store, rt.store.list(prefix), out, dry_run)
             continue
-        keep = {checkpoint_key(study["id"], t["id"], t["epochs_done"] - 1, shards - 1)
-                for t in rt.db.trials(study["id"])
-                if t["state"] in ("done", "pruned") and t["epochs_done"] > 0}
+        select = study["region_config"].get("select", "best")
+        keep = set()
+        for t in rt.db.trials(study["id"]):
+            if t["state"] in ("done", "pruned") and t["epochs_done"] > 0:
+                chosen = selected_epoch(rt.db.epochs(t["id"]), bool(study["minimize"]), select)
+                ends = {t["epochs_done"] - 1, *([chosen[0]] if chosen else [])}
+                keep |= {checkpoint_key(study["id"], t["id"], e, shards - 1) for e in ends}
         _remove(rt.store, [k for k in rt.store.list(prefix)
                            if k not in keep and ".unreadable-" not in k], out, dry_run)
     return out

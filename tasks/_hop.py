@@ -262,7 +262,7 @@ def _train(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict
     data = rt.shard(manifest, report.shard)
     report.load_seconds = time.perf_counter() - started
     trained = train_pass(region, model, optimizer, data, seed=trial["seed"], epoch=epoch,
-                         shard=report.shard)
+                         shard=report.shard, position=position, params=trial["params"])
     report.trained = True
     report.samples, report.loss, report.train_seconds = (
         trained.samples, trained.loss, trained.seconds)
@@ -343,8 +343,12 @@ def _hand_on_again(rt: Runtime, region: RegionConfig, study: dict[str, Any], tri
 
 def _drop_old_checkpoints(store: Any, study_id: int, trial_id: int, epoch: int, position: int,
                           shards: int) -> None:
-    """Keep a running trial's two latest checkpoints: enough to resume and to rewind once."""
+    """Keep a running trial's two latest checkpoints: enough to resume and to rewind once.
+
+    An epoch's end stays: the end of the epoch decides whether it is the best one
+    (``select = "best"``) and removes it once it is not.
+    """
     before = previous_position(epoch, position, shards)
     older = previous_position(*before, shards) if before is not None else None
-    if older is not None:
+    if older is not None and older[1] != shards - 1:
         store.delete(checkpoint_key(study_id, trial_id, *older))

@@ -1,9 +1,10 @@
 """Promotion: a finished study's best trial replaces the champion only if it is better.
 
-Both are scored on the same validation data: the study's own. The champion is
-re-scored on it when it can be (same data, or the same ids and features);
-a champion that cannot score the new data (its ids or features differ) is
-replaced, and the card says why. Idempotent: a study's decision is recorded
+Both are scored on the same validation rows: the study's own. The champion
+is re-scored on them through its own id maps and feature scaling (an id it
+never saw gets its fallback), so new users, items or feature statistics never
+stop the comparison; the card records both metrics and the rows they were
+computed on. Idempotent: a study's decision is recorded
 once, and a redelivered promotion returns it.
 """
 
@@ -13,17 +14,18 @@ import logging
 import time
 from typing import Any
 
-from hoptune.regions import get_family, load_id_maps
+from hoptune.core import ConfigError, StoreError
+from hoptune.regions import decode_validation, get_family, load_id_maps
 from hoptune.tasks._checkpoint import checkpoint_key, load_checkpoint
 from hoptune.tasks._failures import TRANSIENT, describe
 from hoptune.tasks._runtime import Runtime, region_of, study_manifest
-from hoptune.tasks._training import build_trial_model
 from hoptune.tuner import (
     Locks,
     champion_card,
     clean_staging,
-    load_weights,
+    load_predictor,
     next_version,
+    selected_epoch,
     set_champion,
     utcnow,
     write_version,
@@ -38,18 +40,6 @@ _LOCK_SECONDS = 120.0
 
 def _better(a: float, b: float, minimize: bool) -> bool:
     return a < b if minimize else a > b
-
-
-def _comparable(card: dict[str, Any], family: str, manifest: dict[str, Any],
-                ids_hash: str | None) -> bool:
-    """Whether the champion can score the study's validation data like the challenger."""
-    if card["family"] != family:
-        return False
-    if card["data_hash"] == manifest["hash"]:
-        return True
-    if card["meta"] != manifest["meta"]:
-        return False
-    return manifest["task"] != "rating" or card.get("ids_hash") == ids_hash
 
 
 def _hash(ids: dict[str, list[str]] | None) -> str | None:
@@ -76,11 +66,11 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
     manifest = study_manifest(rt, study)
     best = db.trial(study["best_trial_id"])
     minimize = bool(study["minimize"])
-    # the challenger's weights are its final checkpoint, and their validation metric was
-    # recorded when its last epoch ended, on this same validation data
-    final = checkpoint_key(study_id, best["id"], best["epochs_done"] - 1, region.shards - 1)
-    weights = load_checkpoint(store, final).model  # on the CPU: the registry is for any host
-    metric = float(best["last_metric"])
+    # the challenger's weights are the end of its selected epoch (its best, or its last),
+    # whose validation metric was recorded when that epoch ended, on this same data
+    epoch, metric = selected_epoch(db.epochs(best["id"]), minimize, region.select)
+    chosen = checkpoint_key(study_id, best["id"], epoch, region.shards - 1)
+    weights = load_checkpoint(store, chosen).model  # on the CPU: the registry is for any host
     ids = load_id_maps(store, manifest) if manifest["task"] == "rating" else None
 
     locks, holder = Locks(db), f"study-{study_id}"
@@ -91,21 +81,25 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
         time.sleep(0.2)
     try:
         clean_staging(store, region.name)
-        decision = _decide(rt, region, family, manifest, _hash(ids), metric, minimize, study_id)
+        decision = _decide(rt, region, family, manifest, metric, minimize, study_id)
         if decision["promoted"] and "version" not in decision:
             version = next_version(store, region.name)
             now = utcnow().isoformat()
             card = {
                 "region": region.name, "version": version, "created_at": now,
                 "family": region.family, "task": region.task, "params": best["params"],
-                "metric_name": family.metric_name, "metric": metric, "minimize": minimize,
+                "metric_name": family.scoring(manifest["meta"], best["params"])[0],
+                "metric": metric, "minimize": minimize,
                 "data_hash": manifest["hash"], "meta": manifest["meta"],
                 "ids_hash": _hash(ids),
                 "study_id": study_id, "trial_id": best["id"], "trial_number": best["number"],
                 "seed": best["seed"], "epochs": best["epochs_done"],
+                "select": region.select, "selected_epoch": epoch,
                 "visit_orders": [e["visit_order"] for e in db.epochs(best["id"])],
+                "region_config": study["region_config"],
                 "previous": decision.get("champion"),
                 "previous_metric": decision.get("champion_metric"),
+                "compared_on": decision.get("compared_on"),
                 "reason": decision["reason"],
             }
             write_version(store, region.name, version, weights, card, ids)
@@ -118,10 +112,18 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
     return decision
 
 
-def _decide(rt: Runtime, region: Any, family: Any, manifest: dict[str, Any],
-            ids_hash: str | None, metric: float, minimize: bool, study_id: int
-            ) -> dict[str, Any]:
-    name = family.metric_name
+def _decide(rt: Runtime, region: Any, family: Any, manifest: dict[str, Any], metric: float,
+            minimize: bool, study_id: int) -> dict[str, Any]:
+    """Compare the challenger with the champion on the study's validation rows.
+
+    The champion scores the same rows as the challenger, decoded to raw ids
+    and features and encoded through the champion's own id maps and feature
+    scaling (ids it never saw get its fallback), so it can always be compared.
+    It is replaced without a comparison only when it cannot score them at all
+    (another task or metric, or a model that fails on them), and the reason
+    says so.
+    """
+    name = family.scoring(manifest["meta"], region.params)[0]
     decision: dict[str, Any] = {"challenger_metric": metric, "champion": None,
                                 "champion_metric": None}
     card = champion_card(rt.store, region.name)
@@ -131,22 +133,42 @@ def _decide(rt: Runtime, region: Any, family: Any, manifest: dict[str, Any],
     if card["study_id"] == study_id:  # promoted by a delivery that died before recording it
         return {"challenger_metric": metric, "champion": card["previous"],
                 "champion_metric": card["previous_metric"], "promoted": True,
-                "version": card["version"], "reason": card["reason"]}
+                "version": card["version"], "reason": card["reason"],
+                "compared_on": card.get("compared_on")}
     decision["champion"] = card["version"]
-    if not _comparable(card, region.family, manifest, ids_hash):
+    decision["compared_on"] = {"data_hash": manifest["hash"],
+                               "validation_rows": manifest["validation_rows"]}
+    held, why = _champion_metric(rt, region, manifest, card, name)
+    if held is None:
         return {**decision, "promoted": True,
-                "reason": f"replaces {card['version']}, which cannot score this data "
-                          f"(its ids or features differ); {name} {metric:.4g}"}
-    champion = build_trial_model(region, card["params"], card["seed"], manifest["meta"],
-                                 rt.device)
-    champion.load_state_dict(load_weights(rt.store, region.name, card["version"]))
-    held = float(family.evaluate(champion, rt.validation(manifest)))
+                "reason": f"replaces {card['version']}, which cannot score this data ({why}); "
+                          f"{name} {metric:.4g}"}
     decision["champion_metric"] = held
     if _better(metric, held, minimize):
         return {**decision, "promoted": True,
-                "reason": f"{name} {metric:.4g} beats {card['version']}'s {held:.4g}"}
+                "reason": f"{name} {metric:.4g} beats {card['version']}'s {held:.4g} "
+                          f"on the same {manifest['validation_rows']} validation rows"}
     return {**decision, "promoted": False,
-            "reason": f"kept {card['version']}: {name} {metric:.4g} does not beat {held:.4g}"}
+            "reason": f"kept {card['version']}: {name} {metric:.4g} does not beat {held:.4g} "
+                      f"on the same {manifest['validation_rows']} validation rows"}
+
+
+def _champion_metric(rt: Runtime, region: Any, manifest: dict[str, Any], card: dict[str, Any],
+                     name: str) -> tuple[float | None, str]:
+    """The champion's metric on the study's validation rows, or None and why not."""
+    if card.get("task") != region.task or card.get("metric_name") != name:
+        return None, (f"it is a {card.get('task')} model judged by {card.get('metric_name')}, "
+                      f"this study a {region.task} model judged by {name}")
+    try:
+        champion = load_predictor(rt.store, region.name, card["version"])
+        rows = decode_validation(rt.store, manifest, region)
+        return champion.score(rows, f"validation rows of ingest {manifest['hash']}"), ""
+    except (StoreError, ConfigError) as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - a user's model may fail on new rows in any way
+        log.warning("champion %s of %s cannot score the new validation rows", card["version"],
+                    region.name, exc_info=True)
+        return None, describe(exc)
 
 
 def promote_study(rt: Runtime, study_id: int) -> dict[str, Any]:

@@ -27,7 +27,8 @@ def replay_trial(rt: Runtime, trial_id: int, epochs: int | None = None
     optimizer = make_trial_optimizer(region, trial["params"], model)
     recorded = rt.db.epochs(trial_id)
     for record in recorded[: epochs if epochs is not None else len(recorded)]:
-        for shard in record["visit_order"]:
+        for position, shard in enumerate(record["visit_order"]):
             train_pass(region, model, optimizer, rt.shard(manifest, shard),
-                       seed=trial["seed"], epoch=record["epoch"], shard=shard)
+                       seed=trial["seed"], epoch=record["epoch"], shard=shard,
+                       position=position, params=trial["params"])
     return model.state_dict()

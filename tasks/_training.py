@@ -15,10 +15,17 @@ from typing import Any
 import torch
 
 from hoptune import kernels
-from hoptune.regions import OPTIMIZER_PARAMS, RegionConfig, get_family, iter_batches
+from hoptune.regions import (
+    OPTIMIZER_PARAMS,
+    RegionConfig,
+    TrialSettings,
+    get_family,
+    iter_batches,
+    trial_settings,
+)
 
-__all__ = ["TrainedPass", "stream_seed", "build_trial_model", "make_trial_optimizer",
-           "train_pass"]
+__all__ = ["TrainedPass", "batch_generator", "build_trial_model", "make_trial_optimizer",
+           "start_pass", "stream_seed", "train_pass"]
 
 def stream_seed(*parts: int | str) -> int:
     """A 63-bit seed derived from its parts: every random stream names where it belongs."""
@@ -43,11 +50,19 @@ def build_trial_model(region: RegionConfig, params: dict[str, Any], seed: int,
 
 def make_trial_optimizer(region: RegionConfig, params: dict[str, Any],
                          model: torch.nn.Module) -> torch.optim.Optimizer:
-    """The region's optimizer (fused by default) with the trial's optimizer parameters."""
+    """The trial's optimizer (the region's unless its params choose) with its parameters.
+
+    Each parameter group remembers its ``initial_lr`` (saved with the optimizer's
+    state): the learning-rate schedule scales that, hop by hop.
+    """
     hyper: dict[str, Any] = {k: params[k] for k in OPTIMIZER_PARAMS if k in params}
     if "beta1" in hyper or "beta2" in hyper:
         hyper["betas"] = (hyper.pop("beta1", 0.9), hyper.pop("beta2", 0.999))
-    return kernels.make_optimizer(region.optimizer, model.parameters(), **hyper)
+    name = trial_settings(region, params).optimizer
+    optimizer = kernels.make_optimizer(name, model.parameters(), **hyper)
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+    return optimizer
 
 
 @dataclass(frozen=True)
@@ -57,10 +72,34 @@ class TrainedPass:
     seconds: float
 
 
+def batch_generator(seed: int, epoch: int, shard: int) -> torch.Generator:
+    """The generator of a trial's minibatch order in one pass: (seed, epoch, shard) alone."""
+    return torch.Generator().manual_seed(stream_seed(seed, epoch, shard, "batches"))
+
+
+def start_pass(region: RegionConfig, optimizer: torch.optim.Optimizer, *,
+               params: dict[str, Any], epoch: int, position: int) -> TrialSettings:
+    """The trial's settings for hop (epoch, position), its optimizer's learning rate set.
+
+    The rate is the schedule's factor for that hop on the optimizer's initial one
+    (kept in each parameter group as ``initial_lr``).
+    """
+    settings = trial_settings(region, params)
+    scale = settings.lr_scale(epoch, position, region.shards)
+    for group in optimizer.param_groups:
+        group["lr"] = group.setdefault("initial_lr", group["lr"]) * scale
+    return settings
+
+
 def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                data: dict[str, torch.Tensor], *, seed: int, epoch: int, shard: int,
+               position: int, params: dict[str, Any],
                clip_norm: float | None = None) -> TrainedPass:
     """Train ``model`` once over ``data`` (one shard) in shuffled minibatches.
+
+    The batch size and the learning rate (the schedule's factor for hop
+    (epoch, position) on the optimizer's initial one) are the trial's, from
+    its ``params`` over the region's settings.
 
     The minibatch order and every other random draw (dropout) derive from
     (trial seed, epoch, shard) alone, so the pass is the same wherever it runs
@@ -68,14 +107,15 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
     waits for that device once, at the end, to read the loss.
     """
     family = get_family(region)
-    generator = torch.Generator().manual_seed(stream_seed(seed, epoch, shard, "batches"))
+    settings = start_pass(region, optimizer, params=params, epoch=epoch, position=position)
+    generator = batch_generator(seed, epoch, shard)
     torch.manual_seed(stream_seed(seed, epoch, shard, "torch"))
     model.train()
     started = time.perf_counter()
     # the loss is summed on the device: reading it each step would stall a GPU every batch
     device = next(iter(data.values())).device
     total, samples = torch.zeros((), dtype=torch.float64, device=device), 0
-    for batch in iter_batches(data, region.batch_size, generator):
+    for batch in iter_batches(data, settings.batch_size, generator):
         optimizer.zero_grad(set_to_none=True)
         loss = family.loss(model, batch)
         loss.backward()

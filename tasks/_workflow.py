@@ -15,15 +15,15 @@ from typing import Any
 
 import torch
 
-from hoptune.regions import RegionConfig, get_family
-from hoptune.tasks._checkpoint import keep_final
+from hoptune.regions import RegionConfig, get_family, trial_settings
+from hoptune.tasks._checkpoint import checkpoint_key, keep_final
 from hoptune.tasks._hop import HopReport, model_at
 from hoptune.tasks._messages import Dispatch, hop_dispatch, promote_dispatch, tune_step_dispatch
 from hoptune.tasks._nightly_lock import renew as renew_nightly_lock
 from hoptune.tasks._runtime import Runtime, region_of
 from hoptune.tasks._training import stream_seed
 from hoptune.tasks._visit_order import choose_visit_order
-from hoptune.tuner import AshaPruner, parse_space, propose
+from hoptune.tuner import AshaPruner, parse_space, propose, selected_epoch, told, trial_metric
 
 __all__ = ["create_study", "tune_step", "hand_on", "end_of_epoch", "best_trial", "trial_seed",
            "others_positions"]
@@ -57,7 +57,7 @@ def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
         epochs=region.epochs, seed=region.seed, space=space,
         region_config=region.model_dump(mode="json"), data_hash=manifest["hash"],
         manifest=manifest, nightly_run_id=nightly_run_id,
-        parent_id=parent_id, minimize=family.minimize)
+        parent_id=parent_id, minimize=family.scoring(manifest["meta"], region.params)[1])
     if configs is not None:
         defaults = {**family.default_params, **region.params}
         rt.db.create_trials(study_id, [({**defaults, **c}, trial_seed(region.seed, i))
@@ -67,13 +67,6 @@ def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
 
 def others_positions(rt: Runtime, study_id: int, conn: Any = None) -> list[tuple[list[int], int]]:
     return [(r["visit_order"], r["position"]) for r in rt.db.running_positions(study_id, conn)]
-
-
-def _told(trials: list[dict[str, Any]], space_names: set[str]) -> list[tuple[dict, float]]:
-    """Finished and pruned trials with a metric: what the optimizer learns from."""
-    return [({k: t["params"][k] for k in space_names}, float(t["last_metric"]))
-            for t in trials if t["state"] in ("done", "pruned") and t["last_metric"] is not None
-            and math.isfinite(t["last_metric"])]
 
 
 def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
@@ -89,12 +82,14 @@ def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
 
     space = Space.from_json(study["space"])
     names = set(space.names)
+    minimize, select = bool(study["minimize"]), region_of(study).select
     prior: list[tuple[dict, float]] = []
     if study["parent_id"] is not None:
         parent = rt.db.trials(study["parent_id"])
-        prior = [(p, v) for p, v in _told(parent, names) if space.contains(p)]
-    return propose(space, _told(trials, names), [{k: t["params"][k] for k in names}
-                                                 for t in active],
+        prior = [(p, v) for p, v in told(parent, names, minimize=minimize, select=select)
+                 if space.contains(p)]
+    return propose(space, told(trials, names, minimize=minimize, select=select),
+                   [{k: t["params"][k] for k in names} for t in active],
                    free, seed=study["seed"], minimize=bool(study["minimize"]),
                    prior=prior)
 
@@ -147,23 +142,23 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
     return out
 
 
-def best_trial(trials: list[dict[str, Any]], minimize: bool) -> dict[str, Any] | None:
-    """The best finished trial (pruned ones only if none finished), by its final metric.
-
-    The final metric, not the best epoch's: the final weights are what gets promoted.
+def best_trial(trials: list[dict[str, Any]], minimize: bool, select: str = "best"
+               ) -> dict[str, Any] | None:
+    """The best finished trial (pruned ones only if none finished), by its metric under
+    ``select``: its best epoch's (the weights promotion takes) or its last epoch's.
     """
-    scored = [t for t in trials if t["last_metric"] is not None
-              and math.isfinite(t["last_metric"]) and t["state"] in ("done", "pruned")]
+    scored = [t for t in trials if t["state"] in ("done", "pruned")
+              and trial_metric(t, select) is not None]
     finished = [t for t in scored if t["state"] == "done"] or scored
     if not finished:
         return None
-    return (min if minimize else max)(finished, key=lambda t: t["last_metric"])
+    return (min if minimize else max)(finished, key=lambda t: trial_metric(t, select))
 
 
 def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
                   trials: list[dict[str, Any]]) -> bool:
     """End the study (in the caller's transaction); False if it had already ended."""
-    best = best_trial(trials, bool(study["minimize"]))
+    best = best_trial(trials, bool(study["minimize"]), region_of(study).select)
     ended = rt.db.finish_study(study["id"], "done" if best else "failed",
                                best_trial_id=best["id"] if best else None,
                                failure=None if best else "every trial failed", conn=conn)
@@ -204,9 +199,10 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
     failure = None
     if not math.isfinite(metric):
         outcome = "failed"
-        failure = f"validation {family.metric_name} is {metric} after epoch {epoch}"
-    elif epoch + 1 >= study["epochs"]:
-        outcome = "done"
+        name = family.scoring(manifest["meta"], trial["params"])[0]
+        failure = f"validation {name} is {metric} after epoch {epoch}"
+    elif epoch + 1 >= min(study["epochs"], trial_settings(region, trial["params"]).epochs):
+        outcome = "done"  # the trial's own epochs (a hyperparameter) within the study's
     elif study["space"] is not None and AshaPruner(
             reduction_factor=region.pruner.reduction_factor,
             min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"],
@@ -224,11 +220,35 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
     if not decided:
         return _next_epoch_again(rt, region, study, trial["id"], epoch)
     renew_nightly_lock(rt, study)
+    kept = _selected_end(rt, region, trial["id"], minimize)
     if order is not None:
+        _drop_epoch_ends(rt, study["id"], trial["id"], region.shards, before=epoch, kept=kept)
         return [hop_dispatch(region.name, study["id"], trial["id"], epoch + 1, 0, order[0])]
     keep_final(rt.store, study["id"], trial["id"], epoch if outcome != "failed" else None,
-               region.shards)
+               region.shards, also=kept if outcome != "failed" else ())
     return [tune_step_dispatch(study["id"])]
+
+
+def _selected_end(rt: Runtime, region: RegionConfig, trial_id: int, minimize: bool
+                  ) -> tuple[int, ...]:
+    """The epoch whose end ``select`` keeps beside the latest one (none for ``last``)."""
+    if region.select != "best":
+        return ()
+    chosen = selected_epoch(rt.db.epochs(trial_id), minimize, "best")
+    return () if chosen is None else (chosen[0],)
+
+
+def _drop_epoch_ends(rt: Runtime, study_id: int, trial_id: int, shards: int, *, before: int,
+                     kept: tuple[int, ...]) -> None:
+    """Remove the ends of epochs before ``before - 1`` that are not selected.
+
+    The hop keeps every epoch's end (it cannot tell the best one). The end of
+    epoch ``before`` is what the next hop reads; the one before it stays one
+    epoch longer, for a one-shard region to rewind into if the latest is unreadable.
+    """
+    for epoch in range(before - 1):
+        if epoch not in kept:
+            rt.store.delete(checkpoint_key(study_id, trial_id, epoch, shards - 1))
 
 
 def _next_epoch_again(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial_id: int,

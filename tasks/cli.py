@@ -141,6 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("region", type=_region, metavar="REGION")
     p.add_argument("--out", type=Path, required=True, metavar="DIR")
 
+    p = sub.add_parser("predict", help="predict rows of a CSV or Parquet file with a region's "
+                                       "champion")
+    p.add_argument("region", type=_region, metavar="REGION")
+    p.add_argument("--input", type=Path, required=True, metavar="FILE",
+                   help="rows with the region's column names (.csv or .parquet)")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE",
+                   help="the rows and a 'prediction' column (.csv or .parquet)")
+    p.add_argument("--version", default=None, help="a registry version (default: the champion)")
+
     p = sub.add_parser("report", help="an HTML report with plots of a region's latest study")
     p.add_argument("region", type=_region, metavar="REGION")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
@@ -466,6 +475,31 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    """Check every row first (a bad one: its one-line error, exit 2, no output file)."""
+    import os
+
+    from hoptune.core import DataError, Store
+    from hoptune.regions import display_path, read_rows
+    from hoptune.tuner import load_predictor
+
+    suffix = args.out.suffix.lower()
+    if suffix not in (".csv", ".parquet"):
+        raise DataError(f"{display_path(args.out)}: must end in .csv or .parquet")
+    predictor = load_predictor(Store(_settings().store_url), args.region, args.version)
+    table = read_rows(args.input, predictor.region)
+    table["prediction"] = predictor.predict(table, display_path(args.input))
+    partial = args.out.with_name(f".{args.out.name}.partial")
+    if suffix == ".csv":
+        table.to_csv(partial, index=False)
+    else:
+        table.to_parquet(partial, index=False)
+    os.replace(partial, args.out)
+    print(f"{args.region}: {len(table)} predictions by {predictor.version} written to "
+          f"{display_path(args.out)}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from hoptune.core import Store
     from hoptune.tuner import StudyDB, write_report
@@ -548,6 +582,7 @@ COMMANDS = {
     "beat": cmd_beat,
     "models": cmd_models,
     "export": cmd_export,
+    "predict": cmd_predict,
     "report": cmd_report,
     "flower": run_flower,
     "doctor": cmd_doctor,

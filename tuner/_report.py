@@ -106,7 +106,11 @@ def _metric_name(study: dict[str, Any]) -> str:
     from hoptune.regions import RegionConfig, get_family
 
     try:
-        return get_family(RegionConfig.model_validate(study["region_config"])).metric_name
+        family = get_family(RegionConfig.model_validate(study["region_config"]))
+        meta = (study.get("manifest") or {}).get("meta")
+        if meta is None:
+            return family.metric_name
+        return family.scoring(meta, study["region_config"].get("params", {}))[0]
     except (HoptuneError, ValueError):
         return "metric"
 

@@ -227,10 +227,10 @@ MARKERS = Path(os.environ["HOPTUNE_HOME"])
 
 
 class Rating(nn.Module):
-    def __init__(self, n_users: int, n_items: int, mean: float) -> None:
+    def __init__(self, n_users: int, n_items: int, mean: float, dim: int) -> None:
         super().__init__()
-        self.user = nn.Embedding(n_users, 4)
-        self.item = nn.Embedding(n_items, 4)
+        self.user = nn.Embedding(n_users, dim)
+        self.item = nn.Embedding(n_items, dim)
         self.mean = mean
 
     def forward(self, batch: dict) -> torch.Tensor:
@@ -247,7 +247,11 @@ def build(params: dict, meta: dict) -> nn.Module:
     if (MARKERS / "factory-raises").exists():
         raise ValueError("injected: the factory cannot build this model")
     torch.manual_seed(0)
-    return Rating(meta["n_users"], meta["n_items"], meta["rating_mean"])
+    return Rating(meta["n_users"], meta["n_items"], meta["rating_mean"],
+                  params["embedding_dim"])
+
+
+build.params = {"embedding_dim": 4}
 '''
 
 #: The fixed configurations every scenario trains (different enough to tell apart).
@@ -290,8 +294,11 @@ class Scenario:
                                  parallel=parallel)
         if factory:
             assert self.workers.env.get("PYTHONPATH") == str(self.home), "use_factory() first"
-            path.write_text(path.read_text().replace('family = "rating_mf"',
-                                                     'family = "faulty_factory:build"'))
+            text = path.read_text().replace('family = "rating_mf"',
+                                            'family = "faulty_factory:build"')
+            # the factory reads embedding_dim only: a name it does not read is refused
+            path.write_text("\n".join(line for line in text.splitlines()
+                                      if not line.startswith("reg ")) + "\n")
         region = load_config(path).region("north")
         rt = self.runtime()
         manifest = ingest(region, rt.store).manifest

@@ -331,3 +331,46 @@ def test_file_outside_the_working_folder_is_named_in_full(tmp_path_factory, work
     assert str(caught.value) == (
         f"{elsewhere}: regions.north.shards: must be an integer >= 1, got -1"
     )
+
+
+INHERITING = """\
+[defaults]
+family = "rating_mf"
+task = "rating"
+columns = { user = "who", item = "what", rating = "stars" }
+rating_range = [1.0, 5.0]
+select = "last"
+[regions.north]
+data = "north.csv"
+[regions.south]
+data = "south.csv"
+columns = { user = "u", item = "i", rating = "r" }
+"""
+
+
+def test_every_region_field_may_stand_in_defaults(write_config, workdir):
+    config = load_config(write_config(INHERITING))
+    north, south = config.region("north"), config.region("south")
+    assert (north.family, north.task, north.rating_range, north.select) == (
+        "rating_mf", "rating", (1.0, 5.0), "last")
+    assert north.columns == RatingColumns(user="who", item="what", rating="stars")
+    assert south.columns == RatingColumns(user="u", item="i", rating="r")
+    assert south.data == workdir / "south.csv"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('family = "rating_mf"', 'family = "no good"',
+         "defaults.family: must be 'rating_mf', 'mlp' or 'package.module:function', "
+         "got 'no good'"),
+        ("rating_range = [1.0, 5.0]", "rating_range = [5.0, 1.0]",
+         "defaults.rating_range: must be two numbers [low, high] with low < high, got [5.0, 1.0]"),
+        ('select = "last"', 'select = "first"',
+         "defaults.select: must be 'best' or 'last', got 'first'"),
+    ],
+)
+def test_a_bad_inherited_field_is_named_where_it_stands(write_config, old, new, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(INHERITING.replace(old, new)))
+    assert str(caught.value) == f"hoptune.toml: {message}"

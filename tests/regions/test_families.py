@@ -161,8 +161,8 @@ def test_default_params_are_merged_under_given_ones(rating_region):
         (
             {"embeding_dim": 8},
             "family 'rating_mf' has no parameter 'embeding_dim' (known: "
-            "amsgrad, beta1, beta2, dampening, embedding_dim, eps, init_std, lr, momentum, "
-            "nesterov, reg, weight_decay)",
+            "amsgrad, batch_size, beta1, beta2, dampening, embedding_dim, epochs, eps, init_std, "
+            "lr, lr_schedule, momentum, nesterov, optimizer, reg, warmup_epochs, weight_decay)",
         ),
         (
             {"embedding_dim": 0},
@@ -266,5 +266,6 @@ def test_factory_must_return_a_module(tabular_region, store):
     with pytest.raises(ConfigError) as caught:
         get_family(region).build({}, meta)
     assert str(caught.value) == (
-        f"family '{TINY}:build_nothing' returned NoneType, not a torch.nn.Module"
+        f"family '{TINY}:build_nothing' returned NoneType, not a torch.nn.Module "
+        f"nor an object with model, loss, metric and minimize"
     )

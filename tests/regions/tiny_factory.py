@@ -30,3 +30,7 @@ def build_nothing(params: dict[str, Any], meta: dict[str, Any]) -> None:
 
 
 NOT_A_FUNCTION = 3
+
+
+build.params = {"scale": 1.0}
+build_nothing.params = ()

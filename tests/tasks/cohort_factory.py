@@ -48,3 +48,7 @@ def itemizing(params: dict[str, Any], meta: dict[str, Any]) -> nn.Module:
 
 def branching(params: dict[str, Any], meta: dict[str, Any]) -> nn.Module:
     return Branching(meta["n_features"], params.get("scale", 1.0))
+
+
+# the names each factory reads, with their defaults (a factory declares them)
+weighted.params = itemizing.params = branching.params = {"scale": 1.0}

@@ -146,10 +146,11 @@ lr = { type = "real", low = 0.001, high = 0.3, prior = "log" }
          "hoptune.toml: regions.north.space.lr: unknown type 'float' "
          "(expected one of: categorical, int, real)"),
         # the family's names are checked before the data is ingested, not after
-        ('batch_size = { type = "int", low = 32, high = 256 }',
+        ('batch_sise = { type = "int", low = 32, high = 256 }',
          "hoptune.toml: region 'north': space: family 'rating_mf' has no parameter "
-         "'batch_size' (known: amsgrad, beta1, beta2, dampening, embedding_dim, eps, "
-         "init_std, lr, momentum, nesterov, reg, weight_decay)"),
+         "'batch_sise' (known: amsgrad, batch_size, beta1, beta2, dampening, embedding_dim, "
+         "epochs, eps, init_std, lr, lr_schedule, momentum, nesterov, optimizer, reg, "
+         "warmup_epochs, weight_decay)"),
     ],
     ids=["low-not-below-high", "log-of-zero", "empty-choices", "unknown-type",
          "not-a-family-parameter"],
@@ -213,3 +214,30 @@ def test_local_workers_never_import_a_users_modules_of_the_same_names(project: P
     assert study["state"] == "done"
     assert db.counts(study["id"])["done"] + db.counts(study["id"])["pruned"] == 2
     db.dispose()
+
+
+INHERITING = """[defaults]
+shards = 2
+family = "rating_mf"
+columns = { user = "user_id", item = "item_id", rating = "rating" }
+rating_range = [1.0, 5.0]
+[regions.north]
+data = "data/north.csv"
+"""
+
+
+def test_a_region_takes_its_family_columns_and_range_from_defaults(project: Path) -> None:
+    (project / "hoptune.toml").write_text(INHERITING)
+    done = hoptune("ingest", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("north: ingested, 400 training rows in 2 shards")
+
+
+def test_a_bad_field_in_defaults_is_one_line_naming_it(project: Path) -> None:
+    (project / "hoptune.toml").write_text(INHERITING.replace("[1.0, 5.0]", "\"high\""))
+    done = hoptune("ingest", cwd=project)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "hoptune: error: hoptune.toml: defaults.rating_range: must be two numbers [low, high] "
+        "with low < high, got 'high'"]
+    assert not (project / "store").exists()

@@ -76,11 +76,12 @@ def _train(region, members, shards, meta, *, fused: bool, prune_after=None):
         for position, shard in enumerate(order):
             if fused:
                 done = train_cohort_pass(region, [members[i] for i in live], shards[shard],
-                                         epoch=epoch, shard=shard, meta=meta)
+                                         epoch=epoch, shard=shard, position=position, meta=meta)
             else:
                 done = [train_pass(region, members[i].model, members[i].optimizer,
                                    shards[shard], seed=members[i].seed, epoch=epoch,
-                                   shard=shard) for i in live]
+                                   shard=shard, position=position, params=members[i].params)
+                        for i in live]
             for i, trained in zip(live, done, strict=True):
                 losses[i].append(trained.loss)
             if prune_after == (epoch, position):
@@ -194,9 +195,10 @@ def test_a_factory_model_vmap_cannot_run_trains_unfused_with_the_reason(factory,
     cohort = _members(region, trials, meta)
     with caplog.at_level(logging.WARNING, logger="hoptune.regions._fusion"):
         for shard in (0, 1):
-            done = train_cohort_pass(region, cohort, data, epoch=0, shard=shard, meta=meta)
+            done = train_cohort_pass(region, cohort, data, epoch=0, shard=shard,
+                                     position=shard, meta=meta)
             solo = [train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=0,
-                               shard=shard) for m in alone]
+                               shard=shard, position=shard, params=m.params) for m in alone]
             assert [d.loss for d in done] == [s.loss for s in solo]
     for a, b in zip(cohort, alone, strict=True):
         _assert_same_trial(a, b)
@@ -216,8 +218,10 @@ def test_a_factory_model_vmap_can_run_fuses_and_trains_as_alone(caplog) -> None:
     alone = _members(region, trials, meta)
     cohort = _members(region, trials, meta)
     with caplog.at_level(logging.WARNING, logger="hoptune.regions._fusion"):
-        done = train_cohort_pass(region, cohort, data, epoch=0, shard=1, meta=meta)
-    solo = [train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=0, shard=1)
+        done = train_cohort_pass(region, cohort, data, epoch=0, shard=1, position=0,
+                                 meta=meta)
+    solo = [train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=0, shard=1,
+                       position=0, params=m.params)
             for m in alone]
     assert "unfused" not in caplog.text
     assert [d.loss for d in done] == [s.loss for s in solo]
@@ -241,8 +245,10 @@ def test_dropout_trains_unfused_with_the_reason_logged(caplog) -> None:
     alone = _members(region, trials, meta)
     cohort = _members(region, trials, meta)
     with caplog.at_level(logging.WARNING, logger="hoptune.regions._fusion"):
-        done = train_cohort_pass(region, cohort, data, epoch=0, shard=0, meta=meta)
-    solo = [train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=0, shard=0)
+        done = train_cohort_pass(region, cohort, data, epoch=0, shard=0, position=0,
+                                 meta=meta)
+    solo = [train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=0, shard=0,
+                       position=0, params=m.params)
             for m in alone]
     assert [d.loss for d in done] == [s.loss for s in solo]
     for a, b in zip(cohort, alone, strict=True):

@@ -1,0 +1,39 @@
+"""Which epoch counts, and what pruned trials tell the optimizer."""
+
+from __future__ import annotations
+
+from hoptune.tuner import selected_epoch, told
+
+
+def _trial(state: str, lr: float, last: float, best: float) -> dict:
+    return {"state": state, "params": {"lr": lr, "seed": 1}, "last_metric": last,
+            "best_metric": best}
+
+
+def test_the_selected_epoch_is_the_first_best_or_the_last() -> None:
+    epochs = [{"epoch": 0, "metric": 3.0}, {"epoch": 1, "metric": 1.0},
+              {"epoch": 2, "metric": 1.0}, {"epoch": 3, "metric": 2.0}, {"epoch": 4,
+                                                                         "metric": None}]
+    assert selected_epoch(epochs, True, "best") == (1, 1.0)
+    assert selected_epoch(epochs, False, "best") == (0, 3.0)
+    assert selected_epoch(epochs, True, "last") == (3, 2.0)
+    assert selected_epoch([{"epoch": 0, "metric": float("nan")}], True, "best") is None
+
+
+def test_a_pruned_trial_is_told_no_better_than_the_worst_finished_one() -> None:
+    trials = [_trial("done", 0.1, 1.2, 1.0), _trial("done", 0.2, 1.5, 1.4),
+              _trial("pruned", 0.3, 0.9, 0.9),  # early metric better than finished ones
+              _trial("pruned", 0.4, 2.0, 2.0), _trial("running", 0.5, 0.1, 0.1),
+              _trial("failed", 0.6, 0.1, 0.1)]
+    values = told(trials, ["lr"], minimize=True, select="best")
+    assert values == [({"lr": 0.1}, 1.0), ({"lr": 0.2}, 1.4), ({"lr": 0.3}, 1.4),
+                      ({"lr": 0.4}, 2.0)]
+    # maximised: the worst is the smallest; select="last" reads the last metric
+    values = told(trials, ["lr"], minimize=False, select="last")
+    assert values == [({"lr": 0.1}, 1.2), ({"lr": 0.2}, 1.5), ({"lr": 0.3}, 0.9),
+                      ({"lr": 0.4}, 1.2)]
+
+
+def test_before_any_trial_finished_pruned_ones_share_the_worst_recorded_metric() -> None:
+    trials = [_trial("pruned", 0.1, 0.5, 0.5), _trial("pruned", 0.2, 0.8, 0.8)]
+    assert [v for _, v in told(trials, ["lr"], minimize=True, select="best")] == [0.8, 0.8]

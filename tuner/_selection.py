@@ -1,0 +1,64 @@
+"""Which epoch of a trial counts, and what each ended trial tells the optimizer.
+
+``select = "best"`` (the default): a trial's metric is that of its epoch with
+the best validation metric (the first such epoch on a tie), and that epoch's
+weights are the ones a champion is built from, as with early stopping.
+``select = "last"``: its final epoch's metric and weights.
+
+Multi-fidelity: a pruned trial's metric comes from fewer epochs than a
+finished one's, so it is not a sample of what the Gaussian process models
+(the metric a configuration reaches with its whole budget). The pruner judged
+it outside the best ``1/reduction_factor`` at its rung; the optimizer is told
+exactly that much: a pruned trial counts as no better than the worst finished
+trial (the worse of its own metric and that one), or, before any trial has
+finished, than the worst metric recorded so far. Its early metric never
+stands beside finished ones as if it were final.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["selected_epoch", "told", "trial_metric"]
+
+
+def _finite(value: Any) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def trial_metric(trial: dict[str, Any], select: str) -> float | None:
+    """The trial's metric under ``select``: its best epoch's, or its last epoch's."""
+    value = trial["best_metric"] if select == "best" else trial["last_metric"]
+    return float(value) if _finite(value) else None
+
+
+def selected_epoch(epochs: Iterable[dict[str, Any]], minimize: bool, select: str
+                   ) -> tuple[int, float] | None:
+    """(epoch, metric) of the epoch whose weights count, or None if none has a metric."""
+    scored = [(e["epoch"], float(e["metric"])) for e in epochs if _finite(e["metric"])]
+    if not scored:
+        return None
+    if select == "last":
+        return scored[-1]
+    pick = min if minimize else max
+    best = pick(value for _, value in scored)
+    return next((epoch, value) for epoch, value in scored if value == best)
+
+
+def told(trials: list[dict[str, Any]], names: Iterable[str], *, minimize: bool, select: str
+         ) -> list[tuple[dict[str, Any], float]]:
+    """(params over ``names``, value) for each finished or pruned trial with a metric.
+
+    Finished trials tell their metric under ``select``; pruned ones the
+    penalised value described in the module's docstring.
+    """
+    names = list(names)
+    worse = max if minimize else min
+    scored = [(t, trial_metric(t, select)) for t in trials if t["state"] in ("done", "pruned")]
+    scored = [(t, v) for t, v in scored if v is not None]
+    finished = [v for t, v in scored if t["state"] == "done"]
+    floor = worse(finished or [v for _, v in scored], default=None)
+    return [({k: t["params"][k] for k in names},
+             v if t["state"] == "done" else worse(v, floor)) for t, v in scored]
