@@ -214,20 +214,20 @@ def _after_claim(rt: Runtime, region: RegionConfig, study: dict[str, Any],
             log.warning("hop %d: its progress event was not sent", hop["id"], exc_info=True)
 
     last = position + 1 == len(order)
-    next_hop = None if last else (position + 1, order[position + 1])
     figures = {"samples": report.samples, "loss": report.loss}
     if report.trained:
         figures.update(train_seconds=report.train_seconds, load_seconds=report.load_seconds,
                        save_seconds=report.save_seconds)
-    queued = db.finish_hop(trial_id, epoch, position, next_hop=next_hop, **figures)
+    queued = db.hand_on_hop(trial_id, epoch, position, region=region.name, shards=len(order),
+                            live_after=live_after(), **figures)
     if report.trained:
         log.info("trained hop: trial %d epoch %d position %d shard %d on %s", trial_id, epoch,
                  position, shard, rt.holder)
     _drop_old_checkpoints(store, study["id"], trial_id, epoch, position, region.shards)
-    if next_hop is not None:
-        if queued:
+    if not last:
+        if queued is not None:
             report.dispatch.append(
-                hop_dispatch(region.name, study["id"], trial_id, epoch, *next_hop))
+                hop_dispatch(region.name, study["id"], trial_id, epoch, position + 1, queued))
         return report
     report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)
     return report
