@@ -24,7 +24,7 @@ from hoptune.tasks._nightly_lock import renew as renew_nightly_lock
 from hoptune.tasks._runtime import Runtime, region_of
 from hoptune.tasks._training import stream_seed
 from hoptune.tasks._visit_order import choose_visit_order
-from hoptune.tuner import AshaPruner, first_shards, parse_space, propose
+from hoptune.tuner import AshaPruner, first_shards, parse_space
 
 __all__ = ["create_study", "tune_step", "hand_on", "end_of_epoch", "best_trial", "trial_seed",
            "others_positions"]
@@ -86,7 +86,8 @@ def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
     free = min(study["parallel"] - len(active), study["budget"] - len(trials))
     if free <= 0:
         return []
-    from hoptune.tuner import Space
+    # scikit-optimize (seconds to import) loads here, in the worker, never in a driver
+    from hoptune.tuner import Space, propose
 
     space = Space.from_json(study["space"])
     names = set(space.names)
@@ -221,7 +222,7 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
         outcome = "continue"
         order = first_shards([choose_visit_order(region.shards, trial["seed"], epoch + 1,
                                                  others_positions(rt, study["id"]))],
-                             db.shard_loads(region.name, live_after()))[0]
+                             db.shard_loads(region.name, live_after()), rt.holder)[0]
     decided = db.end_epoch(trial["id"], epoch, metric if math.isfinite(metric) else None,
                            minimize=minimize, outcome=outcome, failure=failure,
                            next_order=order)

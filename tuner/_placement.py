@@ -52,22 +52,26 @@ class ShardLoads:
         self.queued[shard] = self.queued.get(shard, 0) + 1
 
 
-def _key(loads: ShardLoads, shard: int, every: Sequence[int]) -> tuple[bool, float]:
+def _key(loads: ShardLoads, shard: int, every: Sequence[int], here: str | None
+         ) -> tuple[bool, float, bool]:
     owners = loads.owners_of(shard)
     idle = min(loads.worker_load(w, every) for w in owners) < 1
     backlog = (loads.running.get(shard, 0) + loads.queued.get(shard, 0)) / len(owners)
-    return not idle, backlog
+    return not idle, backlog, here not in owners
 
 
-def next_shard(unvisited: Sequence[int], loads: ShardLoads, shards: int | None = None) -> int:
+def next_shard(unvisited: Sequence[int], loads: ShardLoads, shards: int | None = None,
+               here: str | None = None) -> int:
     """The shard, among ``unvisited`` (in tentative order), the next hop should go to.
 
-    Idle first, then the shortest backlog per owner, then the earliest in ``unvisited``.
+    Idle first, then the shortest backlog per owner, then a shard of worker
+    ``here`` (the one handing on: it holds the trial's checkpoint in memory),
+    then the earliest in ``unvisited``.
     """
     if not unvisited:
         raise ValueError("no unvisited shard left to choose from")
     every = range(shards) if shards is not None else unvisited
-    return min(enumerate(unvisited), key=lambda p: (*_key(loads, p[1], every), p[0]))[1]
+    return min(enumerate(unvisited), key=lambda p: (*_key(loads, p[1], every, here), p[0]))[1]
 
 
 def placed_order(tentative: Sequence[int], position: int, shard: int) -> list[int]:
@@ -78,7 +82,8 @@ def placed_order(tentative: Sequence[int], position: int, shard: int) -> list[in
     return [*head, shard, *rest]
 
 
-def first_shards(tentative: Sequence[Sequence[int]], loads: ShardLoads) -> list[list[int]]:
+def first_shards(tentative: Sequence[Sequence[int]], loads: ShardLoads,
+                 here: str | None = None) -> list[list[int]]:
     """Visit orders for trials starting together, their first hops spread over the shards.
 
     Each trial in turn takes the least loaded shard of its tentative order, and
@@ -86,7 +91,7 @@ def first_shards(tentative: Sequence[Sequence[int]], loads: ShardLoads) -> list[
     """
     out = []
     for order in tentative:
-        shard = next_shard(order, loads, len(order))
+        shard = next_shard(order, loads, len(order), here)
         loads.add(shard)
         out.append(placed_order(order, 0, shard))
     return out

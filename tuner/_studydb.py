@@ -510,6 +510,9 @@ class StudyDB:
         hop, or if an earlier delivery already queued the next one.
         """
         with self.transaction() as conn:
+            here = conn.execute(select(hops.c.holder).where(
+                hops.c.trial_id == trial_id, hops.c.epoch == epoch,
+                hops.c.position == position)).scalar()
             self._record_done(conn, trial_id, epoch, position, values)
             following = position + 1
             if following >= shards or conn.execute(select(hops.c.id).where(
@@ -518,8 +521,9 @@ class StudyDB:
                 return None
             order = list(conn.execute(select(epochs.c.visit_order).where(
                 epochs.c.trial_id == trial_id, epochs.c.epoch == epoch)).scalar_one())
-            shard = next_shard(order[following:], self.shard_loads(region, live_after, conn),
-                               shards)
+            # the loads matter only where there is a choice: not for an epoch's last shard
+            shard = order[following] if following + 1 == shards else next_shard(
+                order[following:], self.shard_loads(region, live_after, conn), shards, here)
             order = placed_order(order, following, shard)
             conn.execute(update(epochs).where(epochs.c.trial_id == trial_id,
                                               epochs.c.epoch == epoch)

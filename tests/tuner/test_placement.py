@@ -50,3 +50,13 @@ def test_placed_order_keeps_the_visited_prefix():
         placed_order([3, 1, 0, 2], 2, 1)
     with pytest.raises(ValueError, match="no unvisited"):
         next_shard([], as_loads({}))
+
+
+def test_among_equals_the_worker_handing_on_keeps_the_trial():
+    # worker "a" owns shards 0 and 1 and just finished the trial's hop on 0: it holds the
+    # checkpoint in memory, so the idle shard 1 beats the equally idle shard 2 placed first
+    loads = ShardLoads(owners={0: ["a"], 1: ["a"], 2: ["b"]}, held={})
+    assert next_shard([2, 1], loads, shards=3, here="a") == 1
+    assert next_shard([2, 1], loads, shards=3) == 2
+    loads.held["a"] = 1  # a busy "a" loses to an idle "b" all the same
+    assert next_shard([2, 1], loads, shards=3, here="a") == 2
