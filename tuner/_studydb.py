@@ -509,25 +509,27 @@ class StudyDB:
         next hop (the caller sends its message); None after the epoch's last
         hop, or if an earlier delivery already queued the next one.
         """
+        following = position + 1
+        key = (hops.c.trial_id == trial_id, hops.c.epoch == epoch)
         with self.transaction() as conn:
-            here = conn.execute(select(hops.c.holder).where(
-                hops.c.trial_id == trial_id, hops.c.epoch == epoch,
-                hops.c.position == position)).scalar()
+            # the loads matter only where there is a choice: not for an epoch's last shard
+            choice = following + 1 < shards
+            here = (conn.execute(select(hops.c.holder).where(*key, hops.c.position == position))
+                    .scalar() if choice else None)
             self._record_done(conn, trial_id, epoch, position, values)
-            following = position + 1
             if following >= shards or conn.execute(select(hops.c.id).where(
-                    hops.c.trial_id == trial_id, hops.c.epoch == epoch,
-                    hops.c.position == following)).first() is not None:
+                    *key, hops.c.position == following)).first() is not None:
                 return None
             order = list(conn.execute(select(epochs.c.visit_order).where(
                 epochs.c.trial_id == trial_id, epochs.c.epoch == epoch)).scalar_one())
-            # the loads matter only where there is a choice: not for an epoch's last shard
-            shard = order[following] if following + 1 == shards else next_shard(
-                order[following:], self.shard_loads(region, live_after, conn), shards, here)
-            order = placed_order(order, following, shard)
-            conn.execute(update(epochs).where(epochs.c.trial_id == trial_id,
-                                              epochs.c.epoch == epoch)
-                         .values(visit_order=order))
+            shard = order[following]
+            if choice:
+                shard = next_shard(order[following:], self.shard_loads(region, live_after, conn),
+                                   shards, here)
+            if shard != order[following]:
+                conn.execute(update(epochs).where(epochs.c.trial_id == trial_id,
+                                                  epochs.c.epoch == epoch)
+                             .values(visit_order=placed_order(order, following, shard)))
             self._queue_hop(conn, trial_id, epoch, following, shard)
             return shard
 
