@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["cpu_model", "machine", "write_section", "command", "BENCHMARKS"]
+__all__ = ["cpu_model", "machine", "write_section", "command", "load_average", "BENCHMARKS"]
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
 
@@ -52,3 +52,11 @@ def write_section(name: str, body: str, path: Path = BENCHMARKS) -> None:
 
 def command() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+
+
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes, as ``uptime`` shows it."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())

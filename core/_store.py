@@ -52,12 +52,28 @@ class Store:
         """Write ``data`` under ``key`` atomically (temporary name, then rename)."""
         self.write_with(key, lambda fh: fh.write(data))
 
-    def write_with(self, key: str, write: Callable[[BinaryIO], object]) -> None:
+    def read_tail(self, key: str, size: int) -> bytes:
+        """The last ``size`` bytes of the object under ``key`` (all of it if shorter)."""
+        try:
+            return self.fs.cat_file(self.path(key), start=-size)
+        except FileNotFoundError as exc:
+            raise StoreError(f"store {self.url}: no object {key}") from exc
+
+    def sync(self, key: str) -> None:
+        """Make the object under ``key`` durable (written with ``durable=False`` before)."""
+        if self.local and os.path.exists(self.path(key)):
+            with open(self.path(key), "rb") as fh:
+                os.fsync(fh.fileno())
+
+    def write_with(self, key: str, write: Callable[[BinaryIO], object], *,
+                   durable: bool = True) -> None:
         """Let ``write`` fill the object under ``key``, atomically.
 
         On a file system ``write`` streams straight into a temporary file in
-        the target's folder, which is synced and renamed into place: no copy
-        of the bytes in memory, and no reader ever sees half an object.
+        the target's folder, which is renamed into place: no copy of the bytes
+        in memory, and no reader ever sees half an object. ``durable`` syncs
+        it to disk first; without it a crash of the host (not of a process)
+        may lose the object or leave it truncated.
         """
         target = self.path(key)
         if not self.local:
@@ -70,8 +86,9 @@ class Store:
         try:
             with open(tmp, "wb") as fh:
                 write(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
             os.replace(tmp, target)
         except BaseException:
             if os.path.exists(tmp):

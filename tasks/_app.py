@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
+import threading
 from typing import Any
 
 from celery import Celery, Task
@@ -129,6 +131,9 @@ def _start_training_process(**_: Any) -> None:
     from hoptune import kernels
 
     torch.set_num_threads(int(os.environ.get("HOPTUNE_TORCH_THREADS", "1")))
+    # the first tune_step needs scikit-optimize (seconds to import): load it alongside
+    threading.Thread(target=importlib.import_module, args=("hoptune.tuner._optimizer",),
+                     name="hoptune-preload", daemon=True).start()
     # torch loads its compiler stack (about a second) on the first optimizer of a process:
     # pay for it at start rather than in the first hop
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)

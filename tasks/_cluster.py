@@ -103,7 +103,7 @@ class LocalCluster:
             for p in self.processes:
                 if p.poll() is not None:
                     raise StoreError(f"a worker exited with status {p.returncode} at start")
-            replies = app.control.ping(timeout=0.5)  # type: ignore[attr-defined]
+            replies = app.control.ping(timeout=0.1)  # type: ignore[attr-defined]
             seen = {name for reply in replies for name in reply}
             if expected <= seen:
                 return
@@ -128,13 +128,15 @@ class LocalCluster:
 
 @contextmanager
 def local_cluster(settings: Settings, shards: dict[str, int], workers: int | None,
-                  loglevel: str = "WARNING", devices: list[str] | None = None
-                  ) -> Iterator[LocalCluster | None]:
+                  loglevel: str = "WARNING", devices: list[str] | None = None,
+                  wait: bool = True) -> Iterator[LocalCluster | None]:
     """The embedded Redis (unless ``HOPTUNE_BROKER_URL`` is set) and ``workers`` local workers.
 
     With ``workers`` None nothing is started: the workers are elsewhere.
     ``AUTO_WORKERS`` starts ``default_workers()``. ``devices``: one per worker
-    (default: the visible GPUs in turn, or the CPU).
+    (default: the visible GPUs in turn, or the CPU). With ``wait=False`` it
+    returns once Redis is up and the workers are spawned: the caller works
+    while they import, and calls ``wait_ready`` when it needs them.
     """
     if workers is None:
         yield None
@@ -148,7 +150,8 @@ def local_cluster(settings: Settings, shards: dict[str, int], workers: int | Non
                            devices=devices)
     try:
         cluster.start()
-        cluster.wait_ready(app)
+        if wait:
+            cluster.wait_ready(app)
         yield cluster
     finally:
         cluster.stop()

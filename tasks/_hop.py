@@ -87,23 +87,27 @@ def restore_trial(rt: Runtime, region: RegionConfig, study: dict[str, Any],
     if before is None:
         model = build_trial_model(region, params, trial["seed"], meta, rt.device)
         return model, make_trial_optimizer(region, params, model)
-    model, checkpoint = model_at(rt, region, study, trial, *before, meta)
+    model, checkpoint = model_at(rt, region, study, trial, *before, meta, reuse=True)
     optimizer = make_trial_optimizer(region, params, model)
     optimizer.load_state_dict(checkpoint.optimizer)
     return model, optimizer
 
 
 def model_at(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict[str, Any],
-             epoch: int, position: int, meta: dict[str, Any]
+             epoch: int, position: int, meta: dict[str, Any], *, reuse: bool = False
              ) -> tuple[torch.nn.Module, Checkpoint]:
     """The trial's model as hop (epoch, position) left it, and that hop's checkpoint.
 
     The checkpoint loads straight onto the worker's device, and the model, built
     without memory (on the meta device), takes its tensors as its own: no
-    initialisation that the load would overwrite, no copy.
+    initialisation that the load would overwrite, no copy. With ``reuse`` the
+    copy this worker kept in memory when it wrote that checkpoint is taken
+    instead of reading the store, if the stored one is still the same.
     """
-    checkpoint = load_checkpoint(rt.store, checkpoint_key(study["id"], trial["id"], epoch,
-                                                          position), rt.device)
+    key = checkpoint_key(study["id"], trial["id"], epoch, position)
+    checkpoint = rt.latest.take(rt.store, trial["id"], key) if reuse else None
+    if checkpoint is None:
+        checkpoint = load_checkpoint(rt.store, key, rt.device)
     with torch.device("meta"):
         model = get_family(region).build(trial["params"], meta)
     model.load_state_dict(checkpoint.model, assign=True)
@@ -220,20 +224,20 @@ def _after_claim(rt: Runtime, region: RegionConfig, study: dict[str, Any],
             log.warning("hop %d: its progress event was not sent", hop["id"], exc_info=True)
 
     last = position + 1 == len(order)
-    next_hop = None if last else (position + 1, order[position + 1])
     figures = {"samples": report.samples, "loss": report.loss}
     if report.trained:
         figures.update(train_seconds=report.train_seconds, load_seconds=report.load_seconds,
                        save_seconds=report.save_seconds)
-    queued = db.finish_hop(trial_id, epoch, position, next_hop=next_hop, **figures)
+    queued = db.hand_on_hop(trial_id, epoch, position, region=region.name, shards=len(order),
+                            live_after=live_after(), **figures)
     if report.trained:
         log.info("trained hop: trial %d epoch %d position %d shard %d on %s", trial_id, epoch,
                  position, shard, rt.holder)
     _drop_old_checkpoints(store, study["id"], trial_id, epoch, position, region.shards)
-    if next_hop is not None:
-        if queued:
+    if not last:
+        if queued is not None:
             report.dispatch.append(
-                hop_dispatch(region.name, study["id"], trial_id, epoch, *next_hop))
+                hop_dispatch(region.name, study["id"], trial_id, epoch, position + 1, queued))
         return report
     report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)
     return report
@@ -267,10 +271,9 @@ def _train(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict
     report.samples, report.loss, report.train_seconds = (
         trained.samples, trained.loss, trained.seconds)
     started = time.perf_counter()
-    save_checkpoint(rt.store, key, Checkpoint(model=model.state_dict(),
-                                              optimizer=optimizer.state_dict(),
-                                              rng=torch.get_rng_state(),
-                                              samples=trained.samples, loss=trained.loss))
+    checkpoint = Checkpoint(model=model.state_dict(), optimizer=optimizer.state_dict(),
+                            samples=trained.samples, loss=trained.loss)
+    rt.latest.keep(trial["id"], key, save_checkpoint(rt.store, key, checkpoint), checkpoint)
     report.save_seconds = time.perf_counter() - started
     return model, report
 

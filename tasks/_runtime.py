@@ -24,6 +24,7 @@ import torch
 
 from hoptune.core import Settings, Store
 from hoptune.regions import RegionConfig, load_shard, load_validation, read_manifest
+from hoptune.tasks._checkpoint import LatestCheckpoints
 from hoptune.tasks._device import to_device, worker_device
 from hoptune.tuner import StudyDB
 
@@ -48,6 +49,7 @@ class Runtime:
         self.store = Store(self.settings.store_url)
         self.disk_cache = None if self.store.local else Store(str(self.settings.cache_dir))
         self.db = StudyDB(self.settings.database_url)
+        self.latest = LatestCheckpoints()  # each trial's latest checkpoint written here
         self._cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
         self._lock = threading.Lock()
 

@@ -50,28 +50,38 @@ def open_study(rt: Runtime, config: Config, region: RegionConfig, *, trials: int
 def tune_region(settings: Settings, config: Config, name: str, *, trials: int | None = None,
                 parallel: int | None = None, local_workers: int | None = None,
                 progress: bool = True, detach: bool = False) -> int:
+    """Start or resume the region's study and follow it; the first hop starts in seconds.
+
+    Local workers are spawned first (a bad configuration stops before that) and
+    import and preload while this process ingests, records the study and sends
+    its first ``tune_step``, which waits in Redis for the first worker up.
+    """
     region = config.region(name)
-    rt = Runtime(settings, worker="cli")
-    study_id, resumed = open_study(rt, config, region, trials=trials, parallel=parallel)
-    study = rt.db.study(study_id)
-    if resumed:
-        print(f"{region.name}: resuming study {study_id} ({study['budget']} trials, "
-              f"{study['parallel']} at a time)")
-    else:
-        warm = f", warm-started from study {study['parent_id']}" if study["parent_id"] else ""
-        print(f"{region.name}: study {study_id}, {study['budget']} trials, "
-              f"{study['parallel']} at a time{warm}")
+    check_region(config, region, tuned=True)
     from hoptune.tasks._app import app, send
     from hoptune.tasks._cluster import local_cluster
 
-    with local_cluster(settings, {region.name: region.shards}, local_workers):
-        if not app.control.ping(timeout=1.0):
-            print("hoptune: warning: no worker answers; start `hoptune up` or "
-                  "`hoptune worker --shards …`", file=sys.stderr)
+    with local_cluster(settings, {region.name: region.shards}, local_workers,
+                       wait=False) as cluster:
+        rt = Runtime(settings, worker="cli")
+        study_id, resumed = open_study(rt, config, region, trials=trials, parallel=parallel)
+        study = rt.db.study(study_id)
         # resuming: send again every hop of the study that waits (a live worker's hop is
         # left alone: its claim holds, and a copy of a waiting one is claimed once)
         resend = sweep(rt, app, study_id, resend_after=0.0) if resumed else []
         send([tune_step_dispatch(study_id), *resend], app)
+        if resumed:
+            print(f"{region.name}: resuming study {study_id} ({study['budget']} trials, "
+                  f"{study['parallel']} at a time)")
+        else:
+            warm = f", warm-started from study {study['parent_id']}" if study["parent_id"] else ""
+            print(f"{region.name}: study {study_id}, {study['budget']} trials, "
+                  f"{study['parallel']} at a time{warm}")
+        if cluster is not None:
+            cluster.wait_ready(app)  # a worker that cannot start is an error, not a stall
+        elif not app.control.ping(timeout=1.0):
+            print("hoptune: warning: no worker answers; start `hoptune up` or "
+                  "`hoptune worker --shards …`", file=sys.stderr)
         if detach:
             print(f"study {study_id} runs in the workers; `hoptune status` shows it")
             return 0

@@ -18,12 +18,20 @@ import torch
 from hoptune.regions import RegionConfig, get_family, trial_settings
 from hoptune.tasks._checkpoint import checkpoint_key, keep_final
 from hoptune.tasks._hop import HopReport, model_at
+from hoptune.tasks._liveness import live_after
 from hoptune.tasks._messages import Dispatch, hop_dispatch, promote_dispatch, tune_step_dispatch
 from hoptune.tasks._nightly_lock import renew as renew_nightly_lock
 from hoptune.tasks._runtime import Runtime, region_of
 from hoptune.tasks._training import stream_seed
 from hoptune.tasks._visit_order import choose_visit_order
-from hoptune.tuner import AshaPruner, parse_space, propose, selected_epoch, told, trial_metric
+from hoptune.tuner import (
+    AshaPruner,
+    first_shards,
+    parse_space,
+    selected_epoch,
+    told,
+    trial_metric,
+)
 
 __all__ = ["create_study", "tune_step", "hand_on", "end_of_epoch", "best_trial", "trial_seed",
            "others_positions"]
@@ -78,7 +86,8 @@ def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
     free = min(study["parallel"] - len(active), study["budget"] - len(trials))
     if free <= 0:
         return []
-    from hoptune.tuner import Space
+    # scikit-optimize (seconds to import) loads here, in the worker, never in a driver
+    from hoptune.tuner import Space, propose
 
     space = Space.from_json(study["space"])
     names = set(space.names)
@@ -130,9 +139,11 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
     pending = [t for t in trials if t["state"] == "pending"]
     free = study["parallel"] - len(running)
     out: list[Dispatch] = []
+    loads = db.shard_loads(region.name, live_after(), conn)
     for trial in pending[: max(free, 0)]:
-        order = choose_visit_order(region.shards, trial["seed"], 0,
-                                   others_positions(rt, study["id"], conn))
+        order = first_shards([choose_visit_order(region.shards, trial["seed"], 0,
+                                                 others_positions(rt, study["id"], conn))],
+                             loads)[0]
         order, created = db.start_epoch(trial["id"], 0, order, conn)
         if created:
             out.append(hop_dispatch(region.name, study["id"], trial["id"], 0, 0, order[0]))
@@ -212,8 +223,9 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
         outcome = "pruned"
     else:
         outcome = "continue"
-        order = choose_visit_order(region.shards, trial["seed"], epoch + 1,
-                                   others_positions(rt, study["id"]))
+        order = first_shards([choose_visit_order(region.shards, trial["seed"], epoch + 1,
+                                                 others_positions(rt, study["id"]))],
+                             db.shard_loads(region.name, live_after()), rt.holder)[0]
     decided = db.end_epoch(trial["id"], epoch, metric if math.isfinite(metric) else None,
                            minimize=minimize, outcome=outcome, failure=failure,
                            next_order=order)

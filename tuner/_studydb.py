@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from hoptune.core import SchemaError, StudyError
 from hoptune.tuner._engine import database_error, make_engine
+from hoptune.tuner._placement import ShardLoads, next_shard, placed_order
 from hoptune.tuner._revisions import open_schema
 from hoptune.tuner._schema import (
     ACTIVE_STATES,
@@ -481,18 +482,82 @@ class StudyDB:
         Returns True if the next hop was newly queued (the caller sends its
         message); False if an earlier delivery already queued it.
         """
-        now = utcnow()
         with self.transaction() as conn:
-            conn.execute(
-                update(hops)
-                .where(hops.c.trial_id == trial_id, hops.c.epoch == epoch,
-                       hops.c.position == position, hops.c.state != "done")
-                .values(state="done", finished_at=now, holder=None, **values)
-            )
-            conn.execute(update(trials).where(trials.c.id == trial_id).values(updated_at=now))
+            self._record_done(conn, trial_id, epoch, position, values)
             if next_hop is None:
                 return False
             return self._queue_hop(conn, trial_id, epoch, next_hop[0], next_hop[1])
+
+    def _record_done(self, conn: Connection, trial_id: int, epoch: int, position: int,
+                     values: dict[str, Any]) -> None:
+        now = utcnow()
+        conn.execute(
+            update(hops)
+            .where(hops.c.trial_id == trial_id, hops.c.epoch == epoch,
+                   hops.c.position == position, hops.c.state != "done")
+            .values(state="done", finished_at=now, holder=None, **values)
+        )
+        conn.execute(update(trials).where(trials.c.id == trial_id).values(updated_at=now))
+
+    def hand_on_hop(self, trial_id: int, epoch: int, position: int, *, region: str,
+                    shards: int, live_after: datetime, **values: Any) -> int | None:
+        """Record a trained hop and place the epoch's next hop, in one transaction.
+
+        The next shard is chosen among the epoch's unvisited shards by the
+        current load of their workers (``tuner._placement``) and recorded at
+        once in the epoch's visit order. Returns the shard of the newly queued
+        next hop (the caller sends its message); None after the epoch's last
+        hop, or if an earlier delivery already queued the next one.
+        """
+        following = position + 1
+        key = (hops.c.trial_id == trial_id, hops.c.epoch == epoch)
+        with self.transaction() as conn:
+            # the loads matter only where there is a choice: not for an epoch's last shard
+            choice = following + 1 < shards
+            here = (conn.execute(select(hops.c.holder).where(*key, hops.c.position == position))
+                    .scalar() if choice else None)
+            self._record_done(conn, trial_id, epoch, position, values)
+            if following >= shards or conn.execute(select(hops.c.id).where(
+                    *key, hops.c.position == following)).first() is not None:
+                return None
+            order = list(conn.execute(select(epochs.c.visit_order).where(
+                epochs.c.trial_id == trial_id, epochs.c.epoch == epoch)).scalar_one())
+            shard = order[following]
+            if choice:
+                shard = next_shard(order[following:], self.shard_loads(region, live_after, conn),
+                                   shards, here)
+            if shard != order[following]:
+                conn.execute(update(epochs).where(epochs.c.trial_id == trial_id,
+                                                  epochs.c.epoch == epoch)
+                             .values(visit_order=placed_order(order, following, shard)))
+            self._queue_hop(conn, trial_id, epoch, following, shard)
+            return shard
+
+    def shard_loads(self, region: str, live_after: datetime, conn: Connection | None = None
+                    ) -> ShardLoads:
+        """Hops waiting and running per shard of ``region``, and its live workers' shards."""
+        if conn is None:
+            with self.transaction() as own:
+                return self.shard_loads(region, live_after, own)
+        loads = ShardLoads(held={})
+        assert loads.held is not None
+        rows = conn.execute(
+            select(hops.c.shard, hops.c.state, hops.c.holder)
+            .join(trials, trials.c.id == hops.c.trial_id)
+            .join(studies, studies.c.id == trials.c.study_id)
+            .where(studies.c.region == region, studies.c.state == "running",
+                   trials.c.state == "running", hops.c.state.in_(("queued", "running"))))
+        for shard, state, holder in rows:
+            counts = loads.queued if state == "queued" else loads.running
+            counts[shard] = counts.get(shard, 0) + 1
+            if state == "running" and holder is not None:
+                loads.held[holder] = loads.held.get(holder, 0) + 1
+        for worker, owned in conn.execute(select(workers.c.id, workers.c.shards)
+                                          .where(workers.c.heartbeat_at > live_after)):
+            for name, k in owned or []:
+                if name == region:
+                    loads.owners.setdefault(int(k), []).append(worker)
+        return loads
 
     def hops(self, trial_id: int | None = None, *, study_id: int | None = None
              ) -> list[dict[str, Any]]:

@@ -160,3 +160,30 @@ def test_deliveries_of_one_hop_at_once_are_each_counted(db: StudyDB) -> None:
     # every delivery counted; one claims it, the others find a live holder: no interruption
     assert sorted(outcomes) == ["claimed", "held", "held", "held", "held"]
     assert (hop["state"], hop["deliveries"], hop["interrupted"]) == ("running", 5, 0)
+
+
+def test_a_hand_on_goes_to_an_idle_shard_and_is_recorded(db: StudyDB) -> None:
+    """The next hop goes to the unvisited shard whose owner is idle; the order records it."""
+    sid = _study(db)
+    first, second = db.create_trials(sid, [({"lr": 0.1}, 1), ({"lr": 0.2}, 2)])
+    records = WorkerRecords(db)
+    for k in range(3):
+        records.register(f"w{k}/1", name=f"w{k}@host", host="host", pid=k,
+                         shards=[["north", k]])
+    live = utcnow() - timedelta(seconds=30)
+    db.start_epoch(first, 0, [0, 1, 2])
+    db.start_epoch(second, 0, [1, 2, 0])
+    db.claim_hop(first, 0, 0, 0, worker="w0@host", holder="w0/1", live_after=live)
+    db.claim_hop(second, 0, 0, 1, worker="w1@host", holder="w1/1", live_after=live)
+    loads = db.shard_loads("north", live)
+    assert (loads.running, loads.held) == ({0: 1, 1: 1}, {"w0/1": 1, "w1/1": 1})
+    # shard 1, next in the tentative order, is busy with the other trial: shard 2 is idle
+    assert db.hand_on_hop(first, 0, 0, region="north", shards=3, live_after=live,
+                          samples=10, loss=0.5) == 2
+    assert db.epoch(first, 0)["visit_order"] == [0, 2, 1]
+    assert db.hop(first, 0, 1)["shard"] == 2
+    # a redelivery places nothing again
+    assert db.hand_on_hop(first, 0, 0, region="north", shards=3, live_after=live) is None
+    assert db.epoch(first, 0)["visit_order"] == [0, 2, 1]
+    # the last hop of an epoch hands on to no hop
+    assert db.hand_on_hop(first, 0, 2, region="north", shards=3, live_after=live) is None

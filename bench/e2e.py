@@ -1,0 +1,340 @@
+"""hoptune end to end against Optuna and random search, side by side in one run.
+
+Synthetic ratings regions of about 20k rows each, one model family (the rating
+model), one search space, one budget (``--trials`` trials of up to
+``--epochs`` epochs). In one run:
+
+- ``hoptune tune`` of one region with 2 workers already up (``hoptune up``):
+  wall time, and seconds from the command's start to its first hop's start;
+- ``hoptune nightly`` of 10 regions at once on the same warm workers;
+- ``hoptune tune --local-workers 2`` from cold (no Redis, no workers):
+  seconds to the first hop;
+- Optuna in-process (TPE sampler, successive-halving pruner reporting every
+  epoch) on the same model, data, space and budget, for the one region and
+  for the 10 regions one after another;
+- random search in-process (Optuna's random sampler, no pruning).
+
+Each reports wall time, epochs trained and the best final validation metric
+(the best finished trial's last epoch). Needs the ``bench`` extra (optuna).
+
+Usage: python bench/e2e.py [--trials 16] [--epochs 8] [--regions 10]
+Writes its section of BENCHMARKS.md; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._report import command, load_average, machine, write_section  # noqa: E402
+
+ROWS = 20_000
+
+CONFIG = """
+[defaults]
+shards = 2
+epochs = {epochs}
+batch_size = 256
+seed = 0
+validation_fraction = 0.1
+optimizer = "fused_adamw"
+trials = {trials}
+parallel = 4
+
+[defaults.params]
+lr = 0.02
+embedding_dim = 16
+reg = 0.001
+
+[defaults.space]
+lr = {{ type = "real", low = 0.001, high = 0.1, prior = "log" }}
+embedding_dim = {{ type = "int", low = 4, high = 32 }}
+reg = {{ type = "real", low = 1e-5, high = 0.1, prior = "log" }}
+
+[defaults.pruner]
+reduction_factor = 3
+min_epochs = 1
+"""
+
+
+
+def _home(root: Path, names: list[str], trials: int, epochs: int, data: Path) -> Path:
+    root.mkdir(parents=True)
+    text = CONFIG.format(trials=trials, epochs=epochs)
+    for name in names:
+        text += (f'\n[regions.{name}]\ndata = "{data / (name + ".csv")}"\n'
+                 'family = "rating_mf"\nrating_range = [1.0, 5.0]\n')
+    (root / "hoptune.toml").write_text(text)
+    return root
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL", "HOPTUNE_BROKER_URL")}
+    env.update(HOPTUNE_HOME=str(home), HOPTUNE_CONFIG=str(home / "hoptune.toml"),
+               HOPTUNE_TORCH_THREADS="1")
+    return env
+
+
+def _hoptune(home: Path, *args: str) -> float:
+    """Run a ``hoptune`` command to its end; returns the wall-clock time it started."""
+    started = time.time()
+    subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", *args], env=_env(home),
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return started
+
+
+def _studies(home: Path, regions: list[str]) -> list[dict]:
+    from hoptune.tuner import StudyDB
+
+    db = StudyDB(f"sqlite:///{home / 'studies.db'}")
+    try:
+        out = []
+        for region in regions:
+            study = db.latest_study(region)
+            trials = db.trials(study["id"])
+            hops = db.hops(study_id=study["id"])
+            best = db.trial(study["best_trial_id"]) if study["best_trial_id"] else None
+            first = min(hops, key=lambda h: h["started_at"])
+            out.append({
+                "first_hop": first["started_at"].timestamp(),
+                "queued": first["queued_at"].timestamp(),
+                "proposed": min(t["created_at"] for t in trials).timestamp(),
+                "created": study["created_at"].timestamp(),
+                "epochs": sum(t["epochs_done"] for t in trials),
+                "best": best["last_metric"] if best else math.nan})
+        return out
+    finally:
+        db.dispose()
+
+
+def _parts(study: dict, started: float) -> dict:
+    """Where the seconds to the first hop went, from the study's recorded times."""
+    return {"driver_to_study_s": round(study["created"] - started, 3),
+            "tune_step_s": round(study["proposed"] - study["created"], 3),
+            "dispatch_s": round(study["queued"] - study["proposed"], 3),
+            "to_start_s": round(study["first_hop"] - study["queued"], 3)}
+
+
+def _wait_workers(home: Path, count: int, timeout: float = 120.0) -> None:
+    from hoptune.tuner import StudyDB, WorkerRecords
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (home / "studies.db").exists():
+            db = StudyDB(f"sqlite:///{home / 'studies.db'}")
+            try:
+                if len(WorkerRecords(db).all()) >= count:
+                    return
+            finally:
+                db.dispose()
+        time.sleep(0.1)
+    raise TimeoutError(f"{count} workers did not start within {timeout:.0f} s")
+
+
+def _in_process(home: Path, region_name: str, trials: int, epochs: int, *, tpe: bool,
+                seed: int = 0) -> dict:
+    """Optuna (TPE + successive halving) or random search on one region, in this process."""
+    import optuna
+
+    from hoptune.core import Store
+    from hoptune.regions import get_family, ingest, load_config, load_shard, load_validation
+    from hoptune.tasks._training import build_trial_model, make_trial_optimizer, train_pass
+    from hoptune.tuner import CategoricalDim, IntDim, RealDim, parse_space
+
+    region = load_config(home / "hoptune.toml").region(region_name)
+    region = region.model_copy(update={"shards": 1})  # the whole training set in one piece
+    store = Store(str(home / "inproc-store"))
+    started = time.monotonic()
+    manifest = ingest(region, store).manifest
+    train = load_shard(store, manifest, 0)
+    validation = load_validation(store, manifest)
+    family = get_family(region)
+    space = parse_space(region.space, region_name)
+    trained = [0]
+
+    def objective(trial: optuna.Trial) -> float:
+        params = dict(region.params)
+        for dim in space.dimensions:
+            if isinstance(dim, RealDim):
+                params[dim.name] = trial.suggest_float(dim.name, dim.low, dim.high,
+                                                       log=dim.prior == "log")
+            elif isinstance(dim, IntDim):
+                params[dim.name] = trial.suggest_int(dim.name, dim.low, dim.high,
+                                                     log=dim.prior == "log")
+            elif isinstance(dim, CategoricalDim):
+                params[dim.name] = trial.suggest_categorical(dim.name, list(dim.choices))
+        model = build_trial_model(region, params, trial.number, manifest["meta"])
+        optimizer = make_trial_optimizer(region, params, model)
+        metric = math.nan
+        for epoch in range(epochs):
+            train_pass(region, model, optimizer, train, seed=trial.number, epoch=epoch, shard=0,
+                       position=0, params=params)
+            trained[0] += 1
+            metric = float(family.evaluate(model, validation))
+            if not math.isfinite(metric):
+                return metric
+            trial.report(metric, epoch)
+            if tpe and trial.should_prune():
+                raise optuna.TrialPruned
+        return metric
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = (optuna.samplers.TPESampler(seed=seed) if tpe
+               else optuna.samplers.RandomSampler(seed=seed))
+    pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
+              if tpe else optuna.pruners.NopPruner())
+    study = optuna.create_study(direction="minimize" if family.minimize else "maximize",
+                                sampler=sampler, pruner=pruner)
+    study.optimize(objective, n_trials=trials)
+    done = [t.value for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
+            and t.value is not None and math.isfinite(t.value)]
+    best = (min(done) if family.minimize else max(done)) if done else math.nan
+    return {"wall_s": time.monotonic() - started, "epochs": trained[0], "best": best}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--regions", type=int, default=10)
+    args = parser.parse_args()
+
+    from hoptune.regions import write_ratings
+
+    root = Path(tempfile.mkdtemp(prefix="hte2e-"))
+    single = "solo"
+    night = [f"r{i}" for i in range(args.regions)]
+    data = root / "data"
+    data.mkdir()
+    for i, name in enumerate([single, *night]):
+        write_ratings(data / f"{name}.csv", n_users=1500, n_items=1000, n_rows=ROWS, rank=4,
+                      noise=0.3, seed=100 + i)
+    names = [single, *night]
+    f: dict = {"load_before": load_average()}
+    up = None
+    try:
+        warm = _home(root / "warm", names, args.trials, args.epochs, data)
+        cold = _home(root / "cold", names, args.trials, args.epochs, data)
+        up = subprocess.Popen([sys.executable, "-m", "hoptune.tasks.cli", "up", "--workers",
+                               "2"], env=_env(warm), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+        _wait_workers(warm, 2)
+        time.sleep(3.0)  # warm: the workers have finished starting, as in a running cluster
+
+        started = _hoptune(warm, "tune", single, "--no-progress")
+        tune_wall = time.time() - started
+        (solo,) = _studies(warm, [single])
+        f["first_hop_warm_s"] = round(solo["first_hop"] - started, 3)
+        f["first_hop_warm_parts"] = _parts(solo, started)
+        f["hoptune"] = {"wall_s": round(tune_wall, 2), "epochs": solo["epochs"],
+                        "best": solo["best"]}
+
+        started = _hoptune(warm, "nightly", "--regions", ",".join(night), "--no-progress")
+        nightly_wall = time.time() - started
+        studies = _studies(warm, night)
+        f["nightly"] = {"wall_s": round(nightly_wall, 2),
+                        "epochs": sum(s["epochs"] for s in studies),
+                        "mean_best": sum(s["best"] for s in studies) / len(studies)}
+        os.killpg(up.pid, signal.SIGTERM)
+        up.wait(60)
+        up = None
+
+        # cold: no Redis, no workers, the region's data not yet ingested
+        started = _hoptune(cold, "tune", single, "--local-workers", "2", "--no-progress")
+        (first,) = _studies(cold, [single])
+        f["first_hop_cold_s"] = round(first["first_hop"] - started, 3)
+        f["first_hop_cold_parts"] = _parts(first, started)
+
+        optuna_solo = _in_process(warm, single, args.trials, args.epochs, tpe=True)
+        random_solo = _in_process(warm, single, args.trials, args.epochs, tpe=False)
+        optuna_night = [_in_process(warm, n, args.trials, args.epochs, tpe=True) for n in night]
+        f["optuna"] = {k: (round(v, 2) if k == "wall_s" else v) for k, v in optuna_solo.items()}
+        f["random"] = {k: (round(v, 2) if k == "wall_s" else v) for k, v in random_solo.items()}
+        f["optuna_nightly"] = {"wall_s": round(sum(r["wall_s"] for r in optuna_night), 2),
+                               "epochs": sum(r["epochs"] for r in optuna_night),
+                               "mean_best": sum(r["best"] for r in optuna_night) / len(night)}
+    finally:
+        if up is not None:
+            os.killpg(up.pid, signal.SIGTERM)
+            up.wait(60)
+        shutil.rmtree(root, ignore_errors=True)
+    f["load_after"] = load_average()
+    f["study_vs_optuna"] = round(f["hoptune"]["wall_s"] / f["optuna"]["wall_s"], 3)
+    f["regions10_vs_optuna"] = round(f["nightly"]["wall_s"] / f["optuna_nightly"]["wall_s"], 3)
+    f["best_hoptune"], f["best_optuna"] = f["hoptune"]["best"], f["optuna"]["best"]
+    f["best_random"] = f["random"]["best"]
+    f["mean_best_nightly_hoptune"] = f["nightly"]["mean_best"]
+    f["mean_best_nightly_optuna"] = f["optuna_nightly"]["mean_best"]
+    f.update(trials=args.trials, epochs=args.epochs, regions=args.regions, rows=ROWS)
+    _report(f)
+    print(json.dumps(f))
+    return 0
+
+
+def _row(parts: dict) -> str:
+    return " | ".join(f"{v:.2f}" for v in parts.values())
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "missed"
+
+
+def _report(f: dict) -> None:
+    h, o, r, n, on = f["hoptune"], f["optuna"], f["random"], f["nightly"], f["optuna_nightly"]
+    regions = f"{f['regions']} regions"
+    write_section("e2e", f"""
+## End to end against Optuna and random search (`bench/e2e.py`)
+
+Machine: {machine()}. Command: `{command()}`.
+Load average (1, 5, 15 min) before / after: {f['load_before']} / {f['load_after']}.
+Synthetic ratings regions of {f['rows']:,} rows, the rating model, the same space
+(lr, embedding_dim, reg) and budget ({f['trials']} trials of up to {f['epochs']} epochs) for
+every method. hoptune: 2 shards per region, 2 local workers (`hoptune up`), parallel 4,
+asynchronous successive halving (reduction factor 3). Optuna: TPE and its
+successive-halving pruner (reduction factor 3), in one process on the whole training set;
+random search: Optuna's random sampler, no pruning, in one process. The in-process runs
+include their own ingest of the data.
+
+| | wall (s) | epochs trained | best final validation RMSE (mean over regions) |
+| --- | ---: | ---: | ---: |
+| `hoptune tune`, warm workers | {h['wall_s']:.2f} | {h['epochs']} | {h['best']:.4f} |
+| Optuna TPE + successive halving | {o['wall_s']:.2f} | {o['epochs']} | {o['best']:.4f} |
+| random search | {r['wall_s']:.2f} | {r['epochs']} | {r['best']:.4f} |
+| `hoptune nightly`, {regions} at once | {n['wall_s']:.2f} | {n['epochs']} | {n['mean_best']:.4f} |
+| Optuna, {regions} in turn | {on['wall_s']:.2f} | {on['epochs']} | {on['mean_best']:.4f} |
+
+Seconds to the first hop, by part (command start to study recorded: the driver's start,
+imports, ingest; to the trials recorded: the `tune_step` message, its pickup and the
+proposals; to the hop queued; to the hop claimed on a worker):
+
+| | driver to study | tune_step | dispatch | hop start |
+| --- | ---: | ---: | ---: | ---: |
+| warm workers | {_row(f['first_hop_warm_parts'])} |
+| `--local-workers 2` from cold | {_row(f['first_hop_cold_parts'])} |
+
+First hop starts **{f['first_hop_warm_s']:.2f} s** after `hoptune tune` with workers up
+(target at most 2 s: {_verdict(f['first_hop_warm_s'] <= 2)}) and
+**{f['first_hop_cold_s']:.2f} s** after `hoptune tune --local-workers 2` from cold (target at
+most 8 s: {_verdict(f['first_hop_cold_s'] <= 8)}).
+One region's study over Optuna's wall time: **{f['study_vs_optuna']:.2f}x** (target at
+most 1.5x: {_verdict(f['study_vs_optuna'] <= 1.5)}).
+{f['regions']} regions at once over Optuna one after another: **{f['regions10_vs_optuna']:.2f}x**
+(target below 1 with an equal or better mean best metric:
+{_verdict(f['regions10_vs_optuna'] < 1 and n['mean_best'] <= on['mean_best'])}).
+""")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
