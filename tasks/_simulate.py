@@ -1,0 +1,248 @@
+"""A discrete-event simulation of studies on N workers, running the cluster's own policies.
+
+Each study has K shards (rows per shard), a ``budget`` of trials with at most
+``parallel`` in flight, and ``epochs`` epochs per trial. Its first hops are
+placed as ``tune_step`` places them (``choose_visit_order`` then
+``first_shards``), every later hop as ``StudyDB.hand_on_hop`` does
+(``next_shard`` over the epoch's unvisited shards, ``placed_order``), and an
+epoch's end decides as ``end_of_epoch`` does, with the real ``AshaPruner``.
+The functions are looked up on their modules at call time, so the simulation
+always runs the policy the cluster runs.
+
+Workers consume the queues of the shards they own (replicas allowed), one hop
+at a time, the oldest waiting message first. A hop holds its worker for
+``hop_seconds(rows)``; an epoch's last hop also validates (``validation``
+seconds); each message takes ``dispatch`` seconds from send to queue. For
+pruning each trial has a deterministic synthetic metric (its rank in a seeded
+shuffle, the same at every epoch), so ASHA keeps about one trial in
+``reduction_factor`` at each rung, as it would on metrics in random order.
+
+Plain functions over plain data: no Celery, Redis or database.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hoptune import tuner
+from hoptune.tasks import _visit_order
+from hoptune.tuner import AshaPruner, HopCost
+
+__all__ = ["SimResult", "SimStudy", "assign_shards", "hop_seconds_from", "simulate"]
+
+
+def hop_seconds_from(cost: HopCost, batch_size: int, parameters: int, scale: float = 1.0
+                     ) -> Callable[[int], float]:
+    """A hop's seconds by its rows, from a fitted cost (times ``scale``, for a range)."""
+    return lambda rows: scale * cost.seconds(rows, batch_size, parameters)
+
+
+@dataclass(frozen=True)
+class SimStudy:
+    """One study to simulate: a region's shards and its tuning settings."""
+
+    region: str
+    rows: Sequence[int]  # rows per shard; K = len(rows)
+    hop_seconds: Callable[[int], float]
+    budget: int
+    parallel: int
+    epochs: int
+    seed: int = 0
+    pruner: AshaPruner | None = None  # None: no pruning (a fixed configuration)
+    minimize: bool = True
+    # the metric a trial reports after an epoch (trial index, 1-based epoch); None: seeded ranks
+    metric: Callable[[int, int], float] | None = None
+
+    @property
+    def shards(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class SimResult:
+    wall_seconds: float
+    busy_share: dict[str, float]  # each worker's busy time over the wall time
+    longest_backlog: int  # the most hops ever waiting on one shard's queue
+    hops: int
+    train_seconds: float  # hop time, summed over workers
+    validation_seconds: float
+    dispatch_seconds: float  # message time, summed over messages
+    trials: dict[str, dict[str, int]] = field(default_factory=dict)  # per region: by outcome
+
+
+def assign_shards(shards: dict[str, int], workers: int) -> dict[tuple[str, int], list[str]]:
+    """Owners of each (region, shard): round robin over the workers, every worker busy.
+
+    With more workers than shards, the extra workers replicate shards in turn.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    slots = [(r, k) for r, n in shards.items() for k in range(n)]
+    owners: dict[tuple[str, int], list[str]] = {s: [] for s in slots}
+    for i in range(max(workers, len(slots))):
+        owners[slots[i % len(slots)]].append(f"w{i % workers}")
+    return {s: sorted(set(o)) for s, o in owners.items()}
+
+
+@dataclass
+class _Trial:
+    index: int
+    seed: int
+    epoch: int = 0
+    position: int = 0
+    order: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Study:
+    spec: SimStudy
+    metrics: list[float]
+    next_trial: int = 0
+    running: dict[int, _Trial] = field(default_factory=dict)
+    rung_values: dict[int, list[float]] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+def _synthetic_metrics(spec: SimStudy) -> list[float]:
+    ranks = list(range(spec.budget))
+    random.Random(f"simulate:{spec.seed}").shuffle(ranks)
+    return [float(r) for r in ranks]
+
+
+def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], list[str]],
+             *, validation: float = 0.0, dispatch: float = 0.0) -> SimResult:
+    """Simulate ``studies`` started together on ``workers`` (a count, or owners per shard)."""
+    names = [s.region for s in studies]
+    if len(set(names)) != len(names):
+        raise ValueError("one study per region")
+    owners = (assign_shards({s.region: s.shards for s in studies}, workers)
+              if isinstance(workers, int) else workers)
+    state = {s.region: _Study(s, _synthetic_metrics(s)) for s in studies}
+    everyone = sorted({w for o in owners.values() for w in o})
+    busy = dict.fromkeys(everyone, 0.0)
+    idle = set(everyone)
+    queued: dict[tuple[str, int], list[tuple[float, int, str, int]]] = {s: [] for s in owners}
+    running: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)
+    sent: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)  # on its way: queued already
+    held: dict[str, int] = dict.fromkeys(everyone, 0)
+    events: list[tuple[float, int, str, tuple]] = []
+    seq = 0
+    totals = {"hops": 0, "train": 0.0, "validation": 0.0, "dispatch": 0.0, "backlog": 0}
+    now = 0.0
+
+    def push(at: float, kind: str, payload: tuple) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (at, seq, kind, payload))
+
+    def loads(region: str) -> tuner.ShardLoads:
+        k = state[region].spec.shards
+        return tuner.ShardLoads(
+            queued={s: len(queued[(region, s)]) + sent[(region, s)] for s in range(k)},
+            running={s: running[(region, s)] for s in range(k)},
+            owners={s: list(owners[(region, s)]) for s in range(k)}, held=dict(held))
+
+    def send(region: str, trial: int, shard: int) -> None:
+        totals["dispatch"] += dispatch
+        sent[(region, shard)] += 1
+        push(now + dispatch, "arrive", (region, trial, shard))
+
+    def first_order(study: _Study, trial: _Trial, epoch: int, here: str | None = None
+                    ) -> list[int]:
+        others = [(t.order, t.position) for t in study.running.values() if t is not trial]
+        tentative = _visit_order.choose_visit_order(study.spec.shards, trial.seed, epoch, others)
+        return tuner.first_shards([tentative], loads(study.spec.region), here)[0]
+
+    def start_trials(study: _Study) -> None:
+        spec = study.spec
+        while len(study.running) < spec.parallel and study.next_trial < spec.budget:
+            trial = _Trial(study.next_trial, seed=spec.seed * 1_000_003 + study.next_trial)
+            study.next_trial += 1
+            study.running[trial.index] = trial
+            trial.order = first_order(study, trial, 0)
+            send(spec.region, trial.index, trial.order[0])
+
+    def take(worker: str) -> None:
+        mine = [s for s, o in owners.items() if worker in o and queued[s]]
+        if not mine:
+            idle.add(worker)
+            return
+        shard = min(mine, key=lambda s: queued[s][0][:2])
+        _, _, region, trial = heapq.heappop(queued[shard])
+        study = state[region]
+        t = study.running[trial]
+        seconds = study.spec.hop_seconds(study.spec.rows[shard[1]])
+        totals["train"] += seconds
+        if t.position == study.spec.shards - 1:
+            seconds += validation
+            totals["validation"] += validation
+        idle.discard(worker)
+        running[shard] += 1
+        held[worker] += 1
+        busy[worker] += seconds
+        totals["hops"] += 1
+        push(now + seconds, "done", (worker, shard, region, trial))
+
+    def end_epoch(study: _Study, t: _Trial, here: str) -> None:
+        spec = study.spec
+        epoch = t.epoch + 1  # 1-based, as end_of_epoch passes it
+        metric = spec.metric(t.index, epoch) if spec.metric else study.metrics[t.index]
+        values = study.rung_values.setdefault(epoch, [])
+        values.append(metric)
+        if epoch >= spec.epochs:
+            outcome = "done"
+        elif spec.pruner is not None and spec.pruner.should_prune(
+                epoch, metric, list(values), minimize=spec.minimize):
+            outcome = "pruned"
+        else:
+            t.epoch, t.position = epoch, 0
+            t.order = first_order(study, t, epoch, here)
+            send(spec.region, t.index, t.order[0])
+            return
+        study.outcomes[outcome] = study.outcomes.get(outcome, 0) + 1
+        del study.running[t.index]
+        start_trials(study)
+
+    for study in state.values():
+        start_trials(study)
+    while events:
+        now, _, kind, payload = heapq.heappop(events)
+        if kind == "arrive":
+            region, trial, shard = payload
+            key = (region, shard)
+            sent[key] -= 1
+            heapq.heappush(queued[key], (now, seq, region, trial))
+            totals["backlog"] = max(totals["backlog"], len(queued[key]))
+            for worker in sorted(owners[key]):
+                if worker in idle:
+                    take(worker)
+                    break
+            continue
+        worker, shard, region, trial = payload
+        running[shard] -= 1
+        held[worker] -= 1
+        study = state[region]
+        t = study.running[trial]
+        following = t.position + 1
+        if following < study.spec.shards:
+            nxt = t.order[following]
+            if following + 1 < study.spec.shards:
+                nxt = tuner.next_shard(t.order[following:], loads(region),
+                                           study.spec.shards, worker)
+            t.order = tuner.placed_order(t.order, following, nxt)
+            t.position = following
+            send(region, trial, nxt)
+        else:
+            end_epoch(study, t, worker)
+        take(worker)
+    wall = now
+    return SimResult(
+        wall_seconds=wall,
+        busy_share={w: (b / wall if wall > 0 else 0.0) for w, b in busy.items()},
+        longest_backlog=totals["backlog"], hops=totals["hops"],
+        train_seconds=totals["train"], validation_seconds=totals["validation"],
+        dispatch_seconds=totals["dispatch"],
+        trials={r: dict(s.outcomes) for r, s in state.items()})

@@ -1,0 +1,106 @@
+"""The simulator on hand-built inputs with exact answers, running the cluster's own policies."""
+
+from __future__ import annotations
+
+from hoptune import tuner
+from hoptune.tasks import _visit_order, _workflow
+from hoptune.tasks._simulate import SimStudy, assign_shards, hop_seconds_from, simulate
+from hoptune.tuner import AshaPruner, CostKey, HopCost
+
+
+def one_second(rows: int) -> float:
+    return rows / 100  # every test shard has 100 rows: a hop is one second
+
+
+def test_one_worker_and_one_shard_is_a_sum() -> None:
+    study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=2, epochs=2)
+    result = simulate([study], 1, validation=0.5)
+    # 3 trials x 2 epochs x 1 shard hops of 1 s, each the epoch's last (a validation)
+    assert result.hops == 6
+    assert result.wall_seconds == 6 * 1.0 + 6 * 0.5
+    assert result.busy_share == {"w0": 1.0}
+    assert result.trials == {"north": {"done": 3}}
+
+
+def test_one_trial_at_a_time_waits_for_every_message() -> None:
+    study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=1, epochs=2)
+    result = simulate([study], 1, validation=0.5, dispatch=0.25)
+    assert result.wall_seconds == 6 * (0.25 + 1.0 + 0.5)
+    assert result.dispatch_seconds == 6 * 0.25
+    assert result.busy_share["w0"] == 9.0 / 10.5
+
+
+def test_two_shards_on_two_workers_with_equal_hops_take_half() -> None:
+    study = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=4, parallel=2,
+                     epochs=3)
+    alone = simulate([study], 1)
+    pair = simulate([study], 2)
+    assert alone.hops == pair.hops == 4 * 3 * 2
+    assert alone.wall_seconds == 24.0
+    assert pair.wall_seconds == alone.wall_seconds / 2
+    assert pair.busy_share == {"w0": 1.0, "w1": 1.0}
+    assert pair.longest_backlog == 1
+
+
+def test_a_pruned_trial_stops_at_its_rung() -> None:
+    pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=3)  # rungs after 1 and 2
+    assert pruner.rungs() == (1, 2)
+    study = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=2, parallel=1,
+                     epochs=3, pruner=pruner, metric=lambda trial, epoch: float(trial))
+    result = simulate([study], 1)
+    # trial 0 (the better) trains 3 epochs; trial 1 is worse at rung 1 and stops after epoch 1
+    assert result.trials == {"north": {"done": 1, "pruned": 1}}
+    assert result.hops == (3 + 1) * 2
+    assert result.wall_seconds == 8.0
+    unpruned = simulate([SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=2,
+                                  parallel=1, epochs=3, metric=lambda t, e: float(t))], 1)
+    assert unpruned.hops == 2 * 3 * 2
+
+
+def test_shards_are_owned_round_robin_and_spare_workers_replicate() -> None:
+    assert assign_shards({"a": 2, "b": 1}, 2) == {("a", 0): ["w0"], ("a", 1): ["w1"],
+                                                  ("b", 0): ["w0"]}
+    assert assign_shards({"a": 2}, 3) == {("a", 0): ["w0", "w2"], ("a", 1): ["w1"]}
+
+
+def test_hops_last_as_the_fitted_cost_says() -> None:
+    cost = HopCost(CostKey("rating_mf", "cpu", "x"), overhead=0.5, per_row=0.01,
+                   per_row_batch=0.0, per_row_param=0.0, hops=2, outliers=0, error=0.0,
+                   spread=0.0)
+    seconds = hop_seconds_from(cost, batch_size=64, parameters=10)
+    study = SimStudy("north", rows=[100, 300], hop_seconds=seconds, budget=1, parallel=1,
+                     epochs=1)
+    assert simulate([study], 1).wall_seconds == (0.5 + 1.0) + (0.5 + 3.0)
+
+
+def test_the_simulator_runs_the_clusters_own_policies(monkeypatch) -> None:
+    # the functions spied on are the very ones the cluster's workflow and database call
+    from hoptune.tuner import _studydb
+
+    assert _workflow.choose_visit_order is _visit_order.choose_visit_order
+    assert _workflow.first_shards is tuner.first_shards
+    assert _studydb.next_shard is tuner.next_shard
+    assert _studydb.placed_order is tuner.placed_order
+    calls: dict[str, int] = {}
+
+    def spy(name: str, original):  # noqa: ANN001, ANN202
+        def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            calls[name] = calls.get(name, 0) + 1
+            return original(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(_visit_order, "choose_visit_order",
+                        spy("visit", _visit_order.choose_visit_order))
+    for name in ("first_shards", "next_shard", "placed_order"):
+        monkeypatch.setattr(tuner, name, spy(name, getattr(tuner, name)))
+    monkeypatch.setattr(AshaPruner, "should_prune", spy("prune", AshaPruner.should_prune))
+    pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=3)
+    study = SimStudy("north", rows=[100, 100, 100], hop_seconds=one_second, budget=4,
+                     parallel=2, epochs=3, pruner=pruner)
+    result = simulate([study], 2)
+    epochs = result.hops // 3  # every epoch starts with a visit order and ends in a decision
+    assert calls["visit"] == calls["first_shards"] == epochs
+    assert calls["next_shard"] == epochs  # one choice per epoch: its second of three shards
+    assert calls["placed_order"] == 2 * epochs
+    # the last epoch ends "done" without asking the pruner
+    assert calls["prune"] == epochs - result.trials["north"].get("done", 0)
