@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from hoptune import tuner
 from hoptune.tasks import _visit_order
+from hoptune.tasks._workflow import trial_seed
 from hoptune.tuner import AshaPruner, HopCost
 
 __all__ = ["SimResult", "SimStudy", "assign_shards", "hop_seconds_from", "simulate"]
@@ -159,7 +160,7 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
     def start_trials(study: _Study) -> None:
         spec = study.spec
         while len(study.running) < spec.parallel and study.next_trial < spec.budget:
-            trial = _Trial(study.next_trial, seed=spec.seed * 1_000_003 + study.next_trial)
+            trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial))
             study.next_trial += 1
             study.running[trial.index] = trial
             trial.order = first_order(study, trial, 0)

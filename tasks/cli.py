@@ -166,6 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
                                       "broker, database, store (exit 1 if one is not usable)")
     p.add_argument("--json", action="store_true", help="one JSON object")
 
+    p = sub.add_parser("plan", help="predict a study's or a night's wall time on N workers, "
+                                    "or the fewest workers that meet a deadline")
+    p.add_argument("region", nargs="?", type=_region, metavar="REGION")
+    p.add_argument("--nightly", action="store_true", help="every region's study at once")
+    p.add_argument("--workers", type=_positive, default=None, help="workers to plan for")
+    p.add_argument("--deadline", default=None, metavar="DURATION",
+                   help="print the fewest workers that meet it (6h, 90m, 45s)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="train a few hops of the region's model here and record their cost")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
     p = sub.add_parser("sweep", help="send again, once, whatever work a fault may have lost")
 
     p = sub.add_parser("metrics", help="serve Prometheus metrics for an autoscaler: queue "
@@ -558,6 +569,31 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         stop()
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from hoptune.tasks._plan import Planner, format_plan, parse_duration, workers_for
+    from hoptune.tasks._runtime import Runtime
+
+    if args.nightly == (args.region is not None):
+        raise ConfigError("plan: name one REGION or --nightly")
+    if (args.workers is None) == (args.deadline is None) and not args.calibrate:
+        raise ConfigError("plan: give --workers N or --deadline DURATION")
+    if args.calibrate:
+        raise ConfigError("plan: --calibrate is not available yet: tune the region once "
+                          "(`hoptune tune REGION`) to record hop costs")
+    deadline = parse_duration(args.deadline, "--deadline") if args.deadline else None
+    config = _config(args)
+    names = list(config.regions) if args.nightly else [config.region(args.region).name]
+    planner = Planner(Runtime(_settings(), worker="cli"), config, names)
+    result = workers_for(planner, deadline) if deadline else planner.plan(args.workers)
+    if args.json:
+        print(json.dumps({**result.as_dict(), "regions": names, "deadline_seconds": deadline}))
+    else:
+        print(format_plan(result, deadline))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     import json
 
@@ -586,6 +622,7 @@ COMMANDS = {
     "report": cmd_report,
     "flower": run_flower,
     "doctor": cmd_doctor,
+    "plan": cmd_plan,
     "db": run_db,
 }
 

@@ -1,0 +1,91 @@
+"""`hoptune plan` as a user runs it, on a region whose study finished and on one with no history."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hoptune.core import ConfigError, Store
+from hoptune.regions import ingest, load_config
+from hoptune.tasks import create_study, run_inline, tune_step
+from hoptune.tasks._plan import Planner, parse_duration
+
+
+def hoptune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", *args], cwd=cwd, text=True,
+                          capture_output=True, env=os.environ.copy(), timeout=240)
+
+
+@pytest.fixture
+def finished(make_config, rt, home):  # noqa: ANN001, ANN201 - the config path
+    path = make_config(shards=2, epochs=2, trials=4, parallel=2)
+    region = load_config(path).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = create_study(rt, region, manifest=manifest,
+                         configs=[{"lr": 0.03}, {"lr": 0.01, "embedding_dim": 16}])
+    run_inline(rt, tune_step(rt, study))
+    assert rt.db.study(study)["state"] == "done"
+    return path
+
+
+def test_the_deadline_gets_the_fewest_workers_the_simulator_says_meet_it(finished, rt, home
+                                                                          ) -> None:
+    planner = Planner(rt, load_config(finished), ["north"])
+    alone, pair = planner.wall(1), planner.wall(2)
+    assert pair < alone  # two shards: a second worker helps
+    deadline = (alone + pair) / 2  # one worker misses it, two meet it
+    done = hoptune("--config", str(finished), "plan", "north", "--deadline", f"{deadline:.6f}",
+                   "--json", cwd=home)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout.strip().splitlines()[-1])
+    n = plan["workers"]
+    assert n == 2
+    assert planner.wall(n) <= plan["deadline_seconds"] < planner.wall(n - 1)
+    assert plan["wall_seconds"] == planner.wall(n)
+    assert plan["low_seconds"] <= plan["wall_seconds"] <= plan["high_seconds"]
+    assert plan["regions"] == ["north"] and plan["hops"] > 0
+
+
+def test_a_deadline_no_worker_count_meets_is_one_line(finished, rt, home) -> None:
+    fastest = min(Planner(rt, load_config(finished), ["north"]).wall(n) for n in range(1, 5))
+    done = hoptune("--config", str(finished), "plan", "north", "--deadline",
+                   f"{fastest / 2:.6f}", cwd=home)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("hoptune: error: no worker count up to 4 meets the deadline")
+    assert done.stderr.strip().count("\n") == 0
+
+
+def test_a_plan_for_n_workers_prints_the_prediction(finished, home) -> None:
+    done = hoptune("--config", str(finished), "plan", "north", "--workers", "2", cwd=home)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("2 worker(s): ") and "busy share" in done.stdout
+    night = hoptune("--config", str(finished), "plan", "--nightly", "--workers", "1", "--json",
+                    cwd=home)
+    assert night.returncode == 0, night.stderr
+    assert json.loads(night.stdout)["workers"] == 1
+
+
+def test_without_recorded_hops_the_plan_says_what_to_do(make_config, home) -> None:
+    path = make_config()
+    done = hoptune("--config", str(path), "plan", "north", "--workers", "2", cwd=home)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "no recorded hops of family 'rating_mf'" in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("6h", 21600.0), ("1h30m", 5400.0),
+                                                ("90m", 5400.0), ("45s", 45.0), ("2.5", 2.5)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["6x", "h", "0", "-1h", "6h banana"])
+def test_bad_durations_name_the_option(text: str) -> None:
+    with pytest.raises(ConfigError, match="^--deadline: "):
+        parse_duration(text, "--deadline")
