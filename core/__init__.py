@@ -20,7 +20,7 @@ from hoptune.core._errors import (
     StudyError,
 )
 from hoptune.core._lazy import lazy_names
-from hoptune.core._settings import Settings
+from hoptune.core._settings import Settings, parse_duration
 
 __all__ = [
     "CheckpointError",
@@ -33,6 +33,7 @@ __all__ = [
     "StoreError",
     "StudyError",
     "lazy_names",
+    "parse_duration",
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, {"Store": "hoptune.core._store"}, globals())

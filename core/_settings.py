@@ -2,16 +2,40 @@
 
 ``HOPTUNE_HOME`` (default ``./.hoptune``) holds the embedded defaults: the
 SQLite study database, the store folder and the embedded Redis socket. Each
-can be pointed elsewhere for a cluster.
+can be pointed elsewhere for a cluster. ``HOPTUNE_NIGHTLY_DEADLINE`` (``6h``,
+``90m``, ``1h30m`` or seconds) is how long a nightly run may take: its start
+logs the plan and warns at once when the plan predicts a miss.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Settings"]
+from hoptune.core._errors import ConfigError
+
+__all__ = ["Settings", "parse_duration"]
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+
+
+def parse_duration(text: str, where: str = "duration") -> float:
+    """Seconds from ``"6h"``, ``"1h30m"``, ``"90m"``, ``"45s"`` or a plain number of seconds."""
+    text = text.strip().lower()
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise ConfigError(f"{where}: {text!r} is not a duration such as 6h, 90m or 45s"
+                              ) from None
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"{where}: {text!r} must be a duration longer than zero")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -23,6 +47,7 @@ class Settings:
     database_url: str
     broker_url: str | None
     config_path: Path
+    nightly_deadline: float | None = None  # seconds a nightly run may take; None: no deadline
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -34,6 +59,9 @@ class Settings:
             database_url=env.get("HOPTUNE_DATABASE_URL") or f"sqlite:///{home / 'studies.db'}",
             broker_url=env.get("HOPTUNE_BROKER_URL") or None,
             config_path=Path(env.get("HOPTUNE_CONFIG") or "hoptune.toml").expanduser().absolute(),
+            nightly_deadline=(parse_duration(env["HOPTUNE_NIGHTLY_DEADLINE"],
+                                             "HOPTUNE_NIGHTLY_DEADLINE")
+                              if env.get("HOPTUNE_NIGHTLY_DEADLINE") else None),
         )
 
     @property

@@ -30,8 +30,13 @@ __all__ = ["start_nightly", "after_promotion"]
 log = logging.getLogger(__name__)
 
 def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *,
-                  trigger: str = "cli") -> tuple[int, list[Dispatch]]:
-    """Start a nightly run over ``names`` (default: every region); refuse if one is going."""
+                  trigger: str = "cli", workers: int | None = None
+                  ) -> tuple[int, list[Dispatch]]:
+    """Start a nightly run over ``names`` (default: every region); refuse if one is going.
+
+    Its plan is logged (``tasks._plan.nightly_plan``), on ``workers`` if given, by
+    default on the live workers.
+    """
     from hoptune.regions import ingest
     from hoptune.tasks._workflow import create_study
 
@@ -73,6 +78,11 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
         records.add_region(run_id, region.name, "running", study_id=study_id,
                            ingested=result.changed)
         out.append(tune_step_dispatch(study_id))
+    if out:
+        from hoptune.tasks._plan import nightly_plan
+
+        nightly_plan(rt, config, [r["region"] for r in records.regions(run_id)
+                                  if r["state"] == "running"], run_id, workers)
     _maybe_finish(rt, run_id)
     return run_id, out
 

@@ -13,39 +13,24 @@ fitted cost.
 
 from __future__ import annotations
 
-import re
+import logging
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from hoptune.core import ConfigError, StudyError
+from hoptune.core import HoptuneError, StudyError
 from hoptune.regions import Config, RegionConfig, get_family
 from hoptune.tasks._costs import parameter_count, recorded_observations
 from hoptune.tasks._runtime import Runtime
 from hoptune.tasks._simulate import SimResult, SimStudy, hop_seconds_from, simulate
 from hoptune.tuner import AshaPruner, HopCost, fit_costs
 
-__all__ = ["Plan", "Planner", "format_plan", "parse_duration", "plan", "workers_for"]
+__all__ = ["Plan", "Planner", "format_plan", "nightly_plan", "plan", "workers_for"]
 
-_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+log = logging.getLogger(__name__)
+
+Workers = int | dict[tuple[str, int], list[str]]  # a count, or the owners of each shard
 MAX_WORKERS = 256  # the deadline search stops here
-
-
-def parse_duration(text: str, where: str = "deadline") -> float:
-    """Seconds from ``"6h"``, ``"1h30m"``, ``"90m"``, ``"45s"`` or a plain number of seconds."""
-    text = text.strip().lower()
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = _DURATION.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise ConfigError(f"{where}: {text!r} is not a duration such as 6h, 90m or 45s"
-                              ) from None
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise ConfigError(f"{where}: {text!r} must be longer than zero")
-    return seconds
 
 
 @dataclass(frozen=True)
@@ -140,7 +125,7 @@ class Planner:
         studies = [s for n in regions for s in rt.db.studies(n) if s["state"] != "running"]
         self.validation, self.dispatch = _median_gaps(rt.db, studies)
 
-    def _run(self, workers: int, scale: float = 1.0) -> SimResult:
+    def _run(self, workers: Workers, scale: float = 1.0) -> SimResult:
         return simulate(_studies(self.inputs, scale), workers,
                         validation=self.validation, dispatch=self.dispatch)
 
@@ -148,12 +133,13 @@ class Planner:
         """The predicted wall time alone (the fitted costs, no range)."""
         return self._run(workers).wall_seconds
 
-    def plan(self, workers: int) -> Plan:
+    def plan(self, workers: Workers) -> Plan:
         spread = max(i.cost.spread for i in self.inputs)
         mid = self._run(workers)
         low, high = self._run(workers, max(0.0, 1.0 - spread)), self._run(workers, 1.0 + spread)
-        return Plan(workers=workers, wall_seconds=mid.wall_seconds, low_seconds=low.wall_seconds,
-                    high_seconds=high.wall_seconds, busy_share=mid.busy_share,
+        return Plan(workers=len(mid.busy_share), wall_seconds=mid.wall_seconds,
+                    low_seconds=low.wall_seconds, high_seconds=high.wall_seconds,
+                    busy_share=mid.busy_share,
                     longest_backlog=mid.longest_backlog, hops=mid.hops,
                     train_seconds=mid.train_seconds,
                     validation_seconds=mid.validation_seconds,
@@ -214,3 +200,46 @@ def format_plan(p: Plan, deadline: float | None = None) -> str:
     if deadline is not None:
         lines.append(f"deadline {_hms(deadline)}: {p.workers} worker(s) meet it")
     return "\n".join(lines)
+
+
+def live_owners(rt: Runtime, regions: list[str]) -> Workers:
+    """The live workers' shards of ``regions``, or their count where a shard has no owner yet."""
+    from hoptune.tasks._liveness import live_after
+    from hoptune.tuner import WorkerRecords
+
+    live = WorkerRecords(rt.db).live(live_after())
+    owners: dict[tuple[str, int], list[str]] = {}
+    for w in live:
+        for name, k in w["shards"] or []:
+            if name in regions:
+                owners.setdefault((name, int(k)), []).append(w["id"])
+    return owners or max(1, len(live))
+
+
+def nightly_plan(rt: Runtime, config: Config, regions: list[str], run_id: int,
+                 workers: int | None = None) -> Plan | None:
+    """Log the plan of a nightly run as it starts; warn at once when it predicts a miss.
+
+    ``workers`` (a count) is for a run whose workers are still starting; by
+    default the live workers and the shards they own. A plan that cannot be
+    made (no recorded hops yet) is logged and the run goes on.
+    """
+    deadline = rt.settings.nightly_deadline
+    try:
+        planner = Planner(rt, config, regions)
+        owners = workers or live_owners(rt, regions)
+        if isinstance(owners, dict):
+            shards = {(i.region.name, k) for i in planner.inputs for k in range(len(i.rows))}
+            if not shards <= set(owners):  # a shard nobody owns yet: plan as many, round robin
+                owners = len({w for o in owners.values() for w in o})
+        p = planner.plan(owners)
+    except HoptuneError as exc:
+        log.info("nightly run %d: no plan: %s", run_id, exc)
+        return None
+    log.info("nightly run %d plan: %s", run_id, format_plan(p).replace("\n", "; "))
+    if deadline is not None and p.wall_seconds > deadline:
+        log.warning("nightly run %d: predicted to miss its deadline of %s: %s on %d worker(s) "
+                    "(range %s to %s); `hoptune plan --nightly --deadline %ds` says how many "
+                    "workers meet it", run_id, _hms(deadline), _hms(p.wall_seconds), p.workers,
+                    _hms(p.low_seconds), _hms(p.high_seconds), round(deadline))
+    return p

@@ -572,7 +572,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from hoptune.tasks._plan import Planner, format_plan, parse_duration, workers_for
+    from hoptune.core import parse_duration
+    from hoptune.tasks._plan import Planner, format_plan, workers_for
     from hoptune.tasks._runtime import Runtime
 
     if args.nightly == (args.region is not None):

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hoptune.core import ConfigError, Store
+from hoptune.core import ConfigError, Store, parse_duration
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import create_study, run_inline, tune_step
-from hoptune.tasks._plan import Planner, parse_duration
+from hoptune.tasks._plan import Planner
 
 
 def hoptune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -89,3 +89,34 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations_name_the_option(text: str) -> None:
     with pytest.raises(ConfigError, match="^--deadline: "):
         parse_duration(text, "--deadline")
+
+
+@pytest.mark.parametrize(("deadline", "warned"), [("0.001", True), ("30d", False)])
+def test_a_nightly_run_logs_its_plan_and_warns_at_once_of_a_miss(
+        finished, home, monkeypatch, caplog, deadline: str, warned: bool) -> None:
+    from hoptune.core import Settings
+    from hoptune.tasks import Runtime
+    from hoptune.tasks._nightly import start_nightly
+
+    monkeypatch.setenv("HOPTUNE_NIGHTLY_DEADLINE", deadline)
+    rt = Runtime(Settings.from_env(), worker="test")
+    assert rt.settings.nightly_deadline == parse_duration(deadline)
+    with caplog.at_level("INFO", logger="hoptune.tasks._plan"):
+        run_id, dispatches = start_nightly(rt, load_config(finished), trigger="test", workers=1)
+    rt.db.dispose()
+    assert len(dispatches) == 1
+    plans = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert plans == [m for m in plans if m.startswith(f"nightly run {run_id} plan: 1 worker(s): ")]
+    assert len(plans) == 1
+    misses = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(misses) == int(warned)
+    if warned:
+        assert misses[0].startswith(f"nightly run {run_id}: predicted to miss its deadline")
+
+
+def test_a_bad_nightly_deadline_names_the_variable() -> None:
+    from hoptune.core import Settings
+
+    with pytest.raises(ConfigError, match="^HOPTUNE_NIGHTLY_DEADLINE: 'soon' is not a duration"):
+        Settings.from_env({"HOPTUNE_NIGHTLY_DEADLINE": "soon"})
+    assert Settings.from_env({}).nightly_deadline is None
