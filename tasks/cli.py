@@ -173,8 +173,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive, default=None, help="workers to plan for")
     p.add_argument("--deadline", default=None, metavar="DURATION",
                    help="print the fewest workers that meet it (6h, 90m, 45s)")
-    p.add_argument("--calibrate", action="store_true",
-                   help="train a few hops of the region's model here and record their cost")
     p.add_argument("--json", action="store_true", help="one JSON object")
 
     p = sub.add_parser("sweep", help="send again, once, whatever work a fault may have lost")
@@ -578,11 +576,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.nightly == (args.region is not None):
         raise ConfigError("plan: name one REGION or --nightly")
-    if (args.workers is None) == (args.deadline is None) and not args.calibrate:
+    if (args.workers is None) == (args.deadline is None):
         raise ConfigError("plan: give --workers N or --deadline DURATION")
-    if args.calibrate:
-        raise ConfigError("plan: --calibrate is not available yet: tune the region once "
-                          "(`hoptune tune REGION`) to record hop costs")
     deadline = parse_duration(args.deadline, "--deadline") if args.deadline else None
     config = _config(args)
     names = list(config.regions) if args.nightly else [config.region(args.region).name]

@@ -120,3 +120,17 @@ def test_a_bad_nightly_deadline_names_the_variable() -> None:
     with pytest.raises(ConfigError, match="^HOPTUNE_NIGHTLY_DEADLINE: 'soon' is not a duration"):
         Settings.from_env({"HOPTUNE_NIGHTLY_DEADLINE": "soon"})
     assert Settings.from_env({}).nightly_deadline is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["north"], "plan: give --workers N or --deadline DURATION"),
+    (["north", "--workers", "2", "--deadline", "6h"], "plan: give --workers N or --deadline"),
+    (["--workers", "2"], "plan: name one REGION or --nightly"),
+    (["north", "--nightly", "--workers", "2"], "plan: name one REGION or --nightly"),
+    (["north", "--deadline", "soon"], "--deadline: 'soon' is not a duration"),
+])
+def test_bad_plan_arguments_are_one_line(home, args: list[str], message: str) -> None:
+    done = hoptune("plan", *args, cwd=home)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("hoptune: error: ") and done.stderr.count("\n") == 1
+    assert message in done.stderr
