@@ -21,19 +21,22 @@ import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
-
-import torch
-import torch.nn.functional as F
-from torch import nn
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hoptune.core import ConfigError
 from hoptune.regions._metrics import METRICS, default_metric
-from hoptune.regions._models import ACTIVATIONS, RatingMF, TabularMLP
 from hoptune.regions._schema import RegionConfig
 from hoptune.regions._trial_settings import TRAINING_PARAMS, check_training_space
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
 __all__ = ["Family", "OPTIMIZER_PARAMS", "Objective", "get_family", "objective_of"]
+
+# torch is imported where a model is built, trained or scored, never to check a
+# configuration or record a study: the command that starts a study does not pay
+# its import, and its first hop starts that much sooner.
 
 OPTIMIZER_PARAMS = (
     "lr",
@@ -101,6 +104,8 @@ class Family(ABC):
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The training loss of ``batch``, regularisation included."""
+        import torch.nn.functional as F
+
         objective = objective_of(model)
         if objective is not None:
             return objective.loss(model, batch)
@@ -119,6 +124,8 @@ class Family(ABC):
         The model's output is gathered where the model and data are, chunk by
         chunk, and the metric computed once over all of it.
         """
+        import torch
+
         rows = len(next(iter(data.values())))
         if rows == 0:
             raise ValueError("cannot evaluate on empty data")
@@ -184,6 +191,8 @@ class _RatingMFFamily(_BuiltIn):
     )
 
     def _build(self, params: dict[str, Any], meta: Mapping[str, Any]) -> nn.Module:
+        from hoptune.regions._models import RatingMF
+
         low, high = meta["rating_range"]
         return RatingMF(
             n_users=meta["n_users"],
@@ -203,6 +212,8 @@ class _MLPFamily(_BuiltIn):
     )
 
     def _build(self, params: dict[str, Any], meta: Mapping[str, Any]) -> nn.Module:
+        from hoptune.regions._models import ACTIVATIONS, TabularMLP
+
         activation = params["activation"]
         if activation not in ACTIVATIONS:
             raise ConfigError(
@@ -253,6 +264,8 @@ class _FactoryFamily(Family):
         return super().known | frozenset(self._declared)
 
     def _build(self, params: dict[str, Any], meta: Mapping[str, Any]) -> nn.Module:
+        from torch import nn
+
         made = self._factory(params, dict(meta))
         if isinstance(made, nn.Module):
             return made
@@ -271,6 +284,8 @@ class _FactoryFamily(Family):
     def scoring(self, meta: Mapping[str, Any], params: Mapping[str, Any] | None = None
                 ) -> tuple[str, bool]:
         """A factory's objective says; a model of ``params`` is built to ask it."""
+        import torch
+
         with torch.random.fork_rng(devices=[]):
             objective = objective_of(self.build(params or {}, meta))
         if objective is None:

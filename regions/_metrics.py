@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
-import torchmetrics.functional as tmf
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["METRICS", "Metric", "default_metric"]
 
@@ -26,7 +26,38 @@ class Metric:
     compute: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+# torchmetrics (with scipy and matplotlib behind it) is imported when a metric is first
+# computed, on a worker: a command that only checks a configuration or records a study
+# never pays its seconds of import (the first hop starts that much sooner).
+
+
+def _rmse(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    import torchmetrics.functional as tmf
+
+    return tmf.mean_squared_error(out.double(), y.double()).sqrt()
+
+
+def _mae(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    import torchmetrics.functional as tmf
+
+    return tmf.mean_absolute_error(out.double(), y.double())
+
+
+def _accuracy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    import torchmetrics.functional as tmf
+
+    return tmf.accuracy(out, y, task="multiclass", num_classes=out.shape[-1], average="micro")
+
+
+def _log_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    return F.cross_entropy(out.double(), y)
+
+
 def _auc(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    import torchmetrics.functional as tmf
+
     probabilities = logits.float().softmax(-1)
     if probabilities.shape[-1] == 2:
         return tmf.auroc(probabilities[:, 1], target, task="binary")
@@ -36,15 +67,10 @@ def _auc(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 _REGRESSION = ("rating", "regression")
 METRICS = {m.name: m for m in (
-    Metric("rmse", True, _REGRESSION,
-           lambda out, y: tmf.mean_squared_error(out.double(), y.double()).sqrt()),
-    Metric("mae", True, _REGRESSION,
-           lambda out, y: tmf.mean_absolute_error(out.double(), y.double())),
-    Metric("accuracy", False, ("classification",),
-           lambda out, y: tmf.accuracy(out, y, task="multiclass", num_classes=out.shape[-1],
-                                       average="micro")),
-    Metric("log_loss", True, ("classification",),
-           lambda out, y: F.cross_entropy(out.double(), y)),
+    Metric("rmse", True, _REGRESSION, _rmse),
+    Metric("mae", True, _REGRESSION, _mae),
+    Metric("accuracy", False, ("classification",), _accuracy),
+    Metric("log_loss", True, ("classification",), _log_loss),
     Metric("auc", False, ("classification",), _auc),
 )}
 

@@ -27,7 +27,7 @@ _NAMES = {
     "runtime": "hoptune.tasks._runtime",
     "sweep": "hoptune.tasks._sweeper",
     "choose_visit_order": "hoptune.tasks._visit_order",
-    "create_study": "hoptune.tasks._workflow",
+    "create_study": "hoptune.tasks._study",
     "end_of_epoch": "hoptune.tasks._workflow",
     "hand_on": "hoptune.tasks._workflow",
     "tune_step": "hoptune.tasks._workflow",

@@ -30,11 +30,12 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, BinaryIO
-
-import torch
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from hoptune.core import CheckpointError, Store, StoreError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Checkpoint", "LatestCheckpoints", "checkpoint_key", "previous_position",
            "save_checkpoint", "load_checkpoint", "stored_digest", "set_aside", "keep_final",
@@ -150,6 +151,8 @@ class _Summing(io.RawIOBase):
 
 
 def _write_summed(fh: BinaryIO, payload: dict[str, Any]) -> bytes:
+    import torch
+
     summing = _Summing(fh)
     torch.save(payload, summing)
     digest = summing.sha.digest()
@@ -163,6 +166,8 @@ def load_checkpoint(store: Store, key: str, device: torch.device | None = None) 
     Wherever it was saved from: a GPU worker's checkpoint loads on a CPU and back.
     ``CheckpointError`` if it is missing or damaged.
     """
+    import torch
+
     try:
         data = store.read_bytes(key)
     except StoreError:

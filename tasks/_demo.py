@@ -14,8 +14,8 @@ from hoptune.regions import ingest, load_config, write_demo
 from hoptune.tasks._cluster import local_cluster
 from hoptune.tasks._driver import follow, format_table, start_studies, study_table
 from hoptune.tasks._runtime import Runtime
+from hoptune.tasks._study import create_study
 from hoptune.tasks._workers import describe_workers
-from hoptune.tasks._workflow import create_study
 
 __all__ = ["run_demo", "DEMO_CONFIGS"]
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import torch
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hoptune.core import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "DEVICE_VARIABLE",
@@ -41,8 +45,22 @@ _CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
 
 
 def visible_gpus() -> int:
-    """How many CUDA devices this process may use, counted without initialising CUDA."""
+    """How many CUDA devices this process may use, counted without initialising CUDA.
+
+    A Linux host without the NVIDIA driver has none, which is known without
+    importing torch: a command that only starts local workers (``hoptune tune
+    --local-workers``) does not pay torch's import before spawning them.
+    """
+    if sys.platform.startswith("linux") and not _nvidia_driver():
+        return 0
+    import torch
+
     return torch.cuda.device_count()
+
+
+def _nvidia_driver(root: Path = Path("/")) -> bool:
+    """Whether the NVIDIA kernel driver is loaded or its device files are present."""
+    return (root / "proc/driver/nvidia").exists() or any((root / "dev").glob("nvidia[0-9]*"))
 
 
 def parse_device(text: str, *, gpus: int, option: str = "--device") -> torch.device:
@@ -51,6 +69,8 @@ def parse_device(text: str, *, gpus: int, option: str = "--device") -> torch.dev
     ``cuda`` is the first visible GPU. A GPU that is not visible is refused
     here, with how many there are, rather than at the first hop.
     """
+    import torch
+
     match = _SPEC.fullmatch(text.strip().lower())
     if match is None or (match.group(1) == "cpu" and match.group(2) is not None):
         raise ConfigError(f"{option}: expected cpu, cuda or cuda:N, got {text!r}")
@@ -63,6 +83,8 @@ def parse_device(text: str, *, gpus: int, option: str = "--device") -> torch.dev
 
 
 def _no_such_gpu(index: int, gpus: int) -> str:
+    import torch
+
     if gpus == 0:
         build = "" if torch.version.cuda else f" (torch {torch.__version__} is built without CUDA)"
         return f"no CUDA device is visible{build}"
@@ -142,6 +164,8 @@ def worker_device(environ: Mapping[str, str] | None = None) -> torch.device:
     device; replays across device kinds (CPU vs GPU, or two GPU models) are
     close but not bitwise, since the kernels round differently.
     """
+    import torch
+
     env = os.environ if environ is None else environ
     gpus = visible_gpus()
     spec = env.get(DEVICE_VARIABLE) or ("cuda" if gpus else "cpu")
@@ -157,11 +181,15 @@ def worker_device(environ: Mapping[str, str] | None = None) -> torch.device:
 
 def gpus() -> list[torch.device]:
     """Every visible GPU, as a device."""
+    import torch
+
     return [torch.device("cuda", i) for i in range(visible_gpus())]
 
 
 def gpu_info(device: torch.device) -> dict[str, object]:
     """A GPU's index, name, memory (GiB) and compute capability, as torch sees them."""
+    import torch
+
     props = torch.cuda.get_device_properties(device)
     return {"index": device.index, "name": props.name,
             "memory_gib": round(props.total_memory / 2**30, 1),
@@ -170,6 +198,8 @@ def gpu_info(device: torch.device) -> dict[str, object]:
 
 def describe_device(device: torch.device) -> str:
     """``cpu``, or ``cuda:0 (NVIDIA H100 80GB HBM3)``: for logs and worker info."""
+    import torch
+
     if device.type != "cuda":
         return str(device)
     return f"{device} ({torch.cuda.get_device_name(device)})"

@@ -38,7 +38,7 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
     default on the live workers.
     """
     from hoptune.regions import ingest
-    from hoptune.tasks._workflow import create_study
+    from hoptune.tasks._study import create_study
 
     regions = [config.region(n) for n in names] if names else list(config.regions.values())
     records, locks = NightlyRecords(rt.db), Locks(rt.db)

@@ -18,15 +18,15 @@ import os
 import socket
 import threading
 import uuid
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from hoptune.core import Settings, Store
-from hoptune.regions import RegionConfig, load_shard, load_validation, read_manifest
+from hoptune.regions import RegionConfig, read_manifest
 from hoptune.tasks._checkpoint import LatestCheckpoints
-from hoptune.tasks._device import to_device, worker_device
 from hoptune.tuner import StudyDB
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Runtime", "runtime", "parse_shard_spec", "region_of", "study_manifest"]
 
@@ -45,7 +45,7 @@ class Runtime:
         self.worker = worker or os.environ.get("HOPTUNE_WORKER_NAME") or socket.gethostname()
         # this process, as the holder of the hops it claims (its heartbeat row's id)
         self.holder = f"{self.worker}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
-        self.device = device or torch.device("cpu")
+        self._device = device
         self.store = Store(self.settings.store_url)
         self.disk_cache = None if self.store.local else Store(str(self.settings.cache_dir))
         self.db = StudyDB(self.settings.database_url)
@@ -53,17 +53,34 @@ class Runtime:
         self._cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
         self._lock = threading.Lock()
 
+    @property
+    def device(self) -> torch.device:
+        """Where this process trains; the CPU unless a device was given.
+
+        torch is imported on first use, so a command that only records and
+        dispatches (``hoptune tune`` before its first hop) never imports it.
+        """
+        if self._device is None:
+            import torch
+
+            self._device = torch.device("cpu")
+        return self._device
+
     def manifest(self, region: str) -> dict[str, Any]:
         return read_manifest(self.store, region)
 
     def shard(self, manifest: dict[str, Any], k: int, *, prune: bool = True
               ) -> dict[str, torch.Tensor]:
         """Shard ``k`` on this worker's device; ``prune=False`` loads it without dropping any."""
+        from hoptune.regions import load_shard
+
         files = manifest["files"]["shards"]
         return self._cached(manifest, str(k), lambda: load_shard(
             self._nearby(files[k] if 0 <= k < len(files) else None), manifest, k), prune)
 
     def validation(self, manifest: dict[str, Any]) -> dict[str, torch.Tensor]:
+        from hoptune.regions import load_validation
+
         return self._cached(manifest, "validation", lambda: load_validation(
             self._nearby(manifest["files"]["validation"]), manifest))
 
@@ -77,6 +94,8 @@ class Runtime:
 
     def _cached(self, manifest: dict[str, Any], part: str, load: Any, prune: bool = True
                 ) -> dict[str, torch.Tensor]:
+        from hoptune.tasks._device import to_device
+
         key = (manifest["region"], manifest["hash"], part)
         with self._lock:
             if key not in self._cache:
@@ -113,6 +132,8 @@ _runtime_lock = threading.Lock()
 
 def runtime() -> Runtime:
     """This worker process's runtime, built on first use with the worker's device."""
+    from hoptune.tasks._device import worker_device
+
     global _runtime
     with _runtime_lock:
         if _runtime is None:

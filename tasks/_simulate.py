@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from hoptune import tuner
 from hoptune.tasks import _visit_order
-from hoptune.tasks._workflow import trial_seed
+from hoptune.tasks._study import trial_seed
 from hoptune.tuner import AshaPruner, HopCost
 
 __all__ = ["SimResult", "SimStudy", "assign_shards", "hop_seconds_from", "simulate"]

@@ -7,7 +7,6 @@ orders in one process to check that the distributed run is bitwise the same.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,15 +22,10 @@ from hoptune.regions import (
     iter_batches,
     trial_settings,
 )
+from hoptune.tasks._study import stream_seed
 
 __all__ = ["TrainedPass", "batch_generator", "build_trial_model", "make_trial_optimizer",
            "start_pass", "stream_seed", "train_pass"]
-
-def stream_seed(*parts: int | str) -> int:
-    """A 63-bit seed derived from its parts: every random stream names where it belongs."""
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
-
 
 def build_trial_model(region: RegionConfig, params: dict[str, Any], seed: int,
                       meta: dict[str, Any], device: torch.device | None = None

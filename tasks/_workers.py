@@ -18,9 +18,7 @@ from typing import Any
 
 from celery import Celery, bootsteps
 
-from hoptune import kernels
 from hoptune.core import Settings
-from hoptune.tasks._device import describe_device
 
 __all__ = ["WorkerInfoStep", "describe_workers", "info_file", "kernels_summary",
            "answering_workers", "publish_worker_info", "worker_info"]
@@ -49,6 +47,9 @@ def kernels_summary(report: dict[str, Any], paths: list[dict[str, str]]) -> str:
 
 def worker_info(rt: Any) -> dict[str, Any]:
     """This training process's info: device, kernels setting, self-tests, fallbacks, shards."""
+    from hoptune import kernels  # a training process's: torch is imported there anyway
+    from hoptune.tasks._device import describe_device
+
     report = kernels.kernel_report()
     return {
         "node": rt.worker,

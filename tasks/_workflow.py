@@ -22,12 +22,11 @@ from hoptune.tasks._liveness import live_after
 from hoptune.tasks._messages import Dispatch, hop_dispatch, promote_dispatch, tune_step_dispatch
 from hoptune.tasks._nightly_lock import renew as renew_nightly_lock
 from hoptune.tasks._runtime import Runtime, region_of
-from hoptune.tasks._training import stream_seed
+from hoptune.tasks._study import create_study, trial_seed
 from hoptune.tasks._visit_order import choose_visit_order
 from hoptune.tuner import (
     AshaPruner,
     first_shards,
-    parse_space,
     selected_epoch,
     told,
     trial_metric,
@@ -40,37 +39,6 @@ log = logging.getLogger(__name__)
 
 # How many times tune_step re-reads the study when another tune_step added trials meanwhile.
 _PROPOSAL_ATTEMPTS = 5
-
-
-def trial_seed(study_seed: int, number: int) -> int:
-    return stream_seed(study_seed, "trial", number) % (2**31)
-
-
-def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
-                 configs: list[dict[str, Any]] | None = None, trials: int | None = None,
-                 parallel: int | None = None, parent_id: int | None = None,
-                 where: str | None = None, nightly_run_id: int | None = None) -> int:
-    """Record a study of ``region``: fixed ``configs``, or tuned over the region's space.
-
-    With ``configs`` every trial is recorded now (pending) and the budget is
-    their number; otherwise ``tune_step`` proposes trials over the space.
-    ``where`` names the space in errors (default ``regions.NAME.space``).
-    """
-    family = get_family(region)
-    where = where or f"regions.{region.name}.space"
-    space = None if configs is not None else parse_space(region.space, where).to_json()
-    budget = len(configs) if configs is not None else (trials or region.trials)
-    study_id = rt.db.create_study(
-        region=region.name, budget=budget, parallel=parallel or region.parallel,
-        epochs=region.epochs, seed=region.seed, space=space,
-        region_config=region.model_dump(mode="json"), data_hash=manifest["hash"],
-        manifest=manifest, nightly_run_id=nightly_run_id,
-        parent_id=parent_id, minimize=family.scoring(manifest["meta"], region.params)[1])
-    if configs is not None:
-        defaults = {**family.default_params, **region.params}
-        rt.db.create_trials(study_id, [({**defaults, **c}, trial_seed(region.seed, i))
-                                       for i, c in enumerate(configs)])
-    return study_id
 
 
 def others_positions(rt: Runtime, study_id: int, conn: Any = None) -> list[tuple[list[int], int]]:
