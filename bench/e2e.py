@@ -105,15 +105,21 @@ def _studies(home: Path, regions: list[str]) -> list[dict]:
             study = db.latest_study(region)
             trials = db.trials(study["id"])
             hops = db.hops(study_id=study["id"])
-            best = db.trial(study["best_trial_id"]) if study["best_trial_id"] else None
-            first = min(hops, key=lambda h: h["started_at"])
+            # as for Optuna and random search: the best last-epoch metric of the trials
+            # that ran their whole budget (the study's own best trial is ranked by its
+            # best epoch, `select = "best"`, and may not have the best final metric)
+            finals = [t["last_metric"] for t in trials
+                      if t["state"] == "done" and t["last_metric"] is not None]
+            best = (min if study["minimize"] else max)(finals) if finals else math.nan
+            first = min((h for h in hops if h["started_at"] is not None),
+                        key=lambda h: h["started_at"])
             out.append({
                 "first_hop": first["started_at"].timestamp(),
                 "queued": first["queued_at"].timestamp(),
                 "proposed": min(t["created_at"] for t in trials).timestamp(),
                 "created": study["created_at"].timestamp(),
                 "epochs": sum(t["epochs_done"] for t in trials),
-                "best": best["last_metric"] if best else math.nan})
+                "best": best})
         return out
     finally:
         db.dispose()

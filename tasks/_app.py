@@ -7,24 +7,29 @@ import json
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from hoptune.tasks._dead_letter import push_dead_letter
 from hoptune.tasks._failures import TRANSIENT
-from hoptune.tasks._hop import HopReport, run_hop
 from hoptune.tasks._liveness import Heartbeat
 from hoptune.tasks._messages import BadMessage, Dispatch, parse_hop
-from hoptune.tasks._nightly import start_nightly
-from hoptune.tasks._promotion import promote_study
 from hoptune.tasks._runtime import parse_shard_spec, runtime
 from hoptune.tasks._sweeper import sweep
 from hoptune.tasks._workers import WorkerInfoStep, publish_worker_info
-from hoptune.tasks._workflow import hand_on, tune_step
+
+if TYPE_CHECKING:
+    from hoptune.tasks._hop import HopReport
 
 __all__ = ["app", "send"]
+
+# The tasks' bodies import what trains (torch, the workflow) when they run, and a
+# worker imports it all as it starts (``_start_training_process``): a command that
+# only sends messages with this app never imports torch.
+_TRAINING_MODULES = ("hoptune.tasks._hop", "hoptune.tasks._workflow", "hoptune.tasks._nightly",
+                     "hoptune.tasks._promotion")
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,9 @@ def send(dispatches: list[Dispatch], celery_app: Celery | None = None) -> None:
           autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Train a trial once over one shard of its region, then hand on."""
+    from hoptune.tasks._hop import run_hop
+    from hoptune.tasks._workflow import hand_on
+
     queue = (self.request.delivery_info or {}).get("routing_key")
     try:
         if args:
@@ -86,6 +94,8 @@ def set_aside(celery_app: Celery, queue: str, reason: str, body: str) -> None:
           retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def tune_step_task(self: Task, *, study: int) -> int:
     """Fill the free trial slots of study ``study``."""
+    from hoptune.tasks._workflow import tune_step
+
     dispatches = tune_step(runtime(), int(study))
     send(dispatches, self.app)
     return len(dispatches)
@@ -95,6 +105,8 @@ def tune_step_task(self: Task, *, study: int) -> int:
           retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def promote_task(self: Task, *, study: int) -> dict[str, Any]:
     """Promote study ``study``'s best trial to champion of its region if it is better."""
+    from hoptune.tasks._promotion import promote_study
+
     return promote_study(runtime(), int(study))
 
 
@@ -103,6 +115,7 @@ def nightly_task(self: Task, *, regions: list[str] | None = None) -> int | None:
     """The scheduled nightly run: re-ingest, tune warm, promote, for every region."""
     from hoptune.core import StudyError
     from hoptune.regions import load_config
+    from hoptune.tasks._nightly import start_nightly
 
     rt = runtime()
     try:
@@ -125,18 +138,22 @@ def sweep_task(self: Task) -> int:
 
 @worker_process_init.connect
 def _start_training_process(**_: Any) -> None:
-    """Set up the worker's device and load the shards it owns onto it, before its first hop."""
+    """Set up the worker's device, then warm up in the background while it takes tasks.
+
+    The training process takes its first task as soon as torch and the workflow
+    are imported. What only some tasks need (torch's compiler stack, which the
+    first optimizer of a process imports; the shards this worker owns;
+    scikit-optimize, which ``tune_step`` needs) loads in a background thread, so
+    on a cold start the first ``tune_step`` and the first hop do not wait for
+    all of it; a task that needs a part still loading waits for that part only.
+    """
     import torch
 
     from hoptune import kernels
 
     torch.set_num_threads(int(os.environ.get("HOPTUNE_TORCH_THREADS", "1")))
-    # the first tune_step needs scikit-optimize (seconds to import): load it alongside
-    threading.Thread(target=importlib.import_module, args=("hoptune.tuner._optimizer",),
-                     name="hoptune-preload", daemon=True).start()
-    # torch loads its compiler stack (about a second) on the first optimizer of a process:
-    # pay for it at start rather than in the first hop
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    for name in _TRAINING_MODULES:
+        importlib.import_module(name)
     rt = runtime()
     kernels.configure(cache_dir=rt.settings.cache_dir)
     log.info("worker %s trains on %s (kernels: %s)", rt.worker, rt.device, kernels.mode())
@@ -144,9 +161,20 @@ def _start_training_process(**_: Any) -> None:
     shards = parse_shard_spec(spec) if spec else []
     global _heartbeat
     _heartbeat = Heartbeat(rt, shards, sweep=lambda: send(sweep(rt, app), app)).start()
+    publish_worker_info(rt)
+    threading.Thread(target=_warm_up, args=(rt, shards), name="hoptune-warm-up",
+                     daemon=True).start()
+
+
+def _warm_up(rt: Any, shards: list[tuple[str, int]]) -> None:
+    """Load what the first hop and the first ``tune_step`` need, in that order."""
+    import torch
+
+    # torch imports its compiler stack (seconds) on the first optimizer of a process
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     if shards:
         rt.preload(shards)
-    publish_worker_info(rt)
+    importlib.import_module("hoptune.tuner._optimizer")  # scikit-optimize
 
 
 _heartbeat: Heartbeat | None = None

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from hoptune.core import StoreError
 
@@ -35,6 +37,9 @@ def ping(url: str, timeout: float = 1.0) -> bool:
 
 
 def _client(url: str, timeout: float) -> redis.Redis:
+    # one attempt: whether a server answers now (redis-py's default retries with backoff
+    # would take seconds to say that no server is there, before hoptune starts its own)
+    once = Retry(NoBackoff(), 0)
     if url.startswith("redis+socket://"):
         path, _, query = url[len("redis+socket://"):].partition("?")
         db = 0
@@ -43,8 +48,9 @@ def _client(url: str, timeout: float) -> redis.Redis:
             if key in ("virtual_host", "db") and value:
                 db = int(value)
         return redis.Redis(unix_socket_path=path, db=db, socket_timeout=timeout,
-                           socket_connect_timeout=timeout)
-    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+                           socket_connect_timeout=timeout, retry=once)
+    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                retry=once)
 
 
 class EmbeddedRedis:

@@ -15,11 +15,11 @@ from typing import Any
 from hoptune.core import Settings, StudyError
 from hoptune.regions import Config, RegionConfig, display_path, ingest
 from hoptune.tasks._driver import follow, format_table, outcome, study_table
-from hoptune.tasks._messages import tune_step_dispatch
+from hoptune.tasks._messages import Dispatch, tune_step_dispatch
 from hoptune.tasks._runtime import Runtime
+from hoptune.tasks._study import create_study
 from hoptune.tasks._sweeper import sweep
 from hoptune.tasks._validate import check_region
-from hoptune.tasks._workflow import create_study
 
 __all__ = ["open_study", "tune_region"]
 
@@ -69,7 +69,7 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
         # resuming: send again every hop of the study that waits (a live worker's hop is
         # left alone: its claim holds, and a copy of a waiting one is claimed once)
         resend = sweep(rt, app, study_id, resend_after=0.0) if resumed else []
-        send([tune_step_dispatch(study_id), *resend], app)
+        send([*first_step(rt, study_id, workers_starting=cluster is not None), *resend], app)
         if resumed:
             print(f"{region.name}: resuming study {study_id} ({study['budget']} trials, "
                   f"{study['parallel']} at a time)")
@@ -91,6 +91,22 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
     for line in problems:
         print(f"hoptune: {line}", file=sys.stderr)
     return status
+
+
+def first_step(rt: Runtime, study_id: int, *, workers_starting: bool) -> list[Dispatch]:
+    """The messages that start a study: its first trials' hops, or a ``tune_step``.
+
+    While this command's own workers are still starting, their first seconds go
+    to importing torch: proposing the first trials here, meanwhile, puts their
+    hops in the queues before any worker is ready. Running workers propose
+    faster than this process could import scikit-optimize, so they are sent a
+    ``tune_step``.
+    """
+    if not workers_starting:
+        return [tune_step_dispatch(study_id)]
+    from hoptune.tasks._workflow import tune_step
+
+    return tune_step(rt, study_id)
 
 
 def print_study(rt: Runtime, study_id: int, top: int = 10) -> None:

@@ -267,8 +267,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     # Celery's Worker itself rather than its command line, whose exit status (non-zero
     # after an unrecoverable error) app.worker_main drops: a supervisor must see it.
+    # no mingle (a second's wait at start to sync revoked ids and clocks with the other
+    # workers: hoptune revokes nothing) and no gossip (hoptune elects nothing); the
+    # workers' heartbeats and task events, which Flower and `hoptune status` read, stay on
     worker = app.Worker(hostname=name, queues=queues, concurrency=1, pool_cls="prefork",
-                        loglevel=args.loglevel, send_events=True)
+                        loglevel=args.loglevel, send_events=True, without_mingle=True,
+                        without_gossip=True)
     worker.start()
     return int(worker.exitcode or 0)
 
