@@ -322,8 +322,9 @@ include their own ingest of the data.
 | Optuna, {regions} in turn | {on['wall_s']:.2f} | {on['epochs']} | {on['mean_best']:.4f} |
 
 Seconds to the first hop, by part (command start to study recorded: the driver's start,
-imports, ingest; to the trials recorded: the `tune_step` message, its pickup and the
-proposals; to the hop queued; to the hop claimed on a worker):
+imports, ingest; to the trials recorded: the proposals (with workers up, the
+`tune_step` message, its pickup and the proposals; from cold, the command's own proposals
+while its workers import); to the hop queued; to the hop claimed on a worker):
 
 | | driver to study | tune_step | dispatch | hop start |
 | --- | ---: | ---: | ---: | ---: |
