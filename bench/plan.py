@@ -1,0 +1,222 @@
+"""The planner's predicted wall time against the measured one, for real runs on this machine.
+
+A fresh HOPTUNE_HOME with the demo's synthetic ratings for 10 regions. First a
+calibration (``hoptune plan --calibrate``'s study: a few one-epoch trials of
+the demo model) records the hop costs; then each run, in turn:
+
+1. the planner predicts its wall time from the history recorded so far (the
+   calibration and the runs before it, never the run itself), on the owners
+   the local cluster will give its shards;
+2. the run starts its workers, waits until they answer, and runs the
+   regions' studies through ``hoptune nightly``'s own path (``start_nightly``,
+   the real workers, Redis and SQLite); its wall time is from the first
+   message sent to the last study's end, as the study database records it.
+
+The runs cover 1 and 2 workers, 8 and 16 trials, pruning on (ASHA) and off
+(``min_epochs`` = ``epochs``: no rung), one region, the 3 demo regions and a
+10-region night. The target: every run within 15% of its prediction.
+
+Usage: python bench/plan.py [--rows 30000]
+Writes its section of BENCHMARKS.md; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._report import command, load_average, machine, write_section  # noqa: E402
+
+TARGET = 0.15
+REGIONS = ("north", "south", "east", "west", "coast", "hills", "lakes", "plain", "ridge",
+           "delta")
+HEADER = """
+[defaults]
+shards = 2
+epochs = {epochs}
+batch_size = 256
+seed = {seed}
+validation_fraction = 0.2
+optimizer = "fused_adamw"
+trials = {trials}
+parallel = {parallel}
+max_redeliveries = 3
+[defaults.params]
+lr = 0.02
+embedding_dim = 16
+reg = 0.001
+[defaults.space]
+lr = {{ type = "real", low = 0.001, high = 0.1, prior = "log" }}
+embedding_dim = {{ type = "int", low = 4, high = 32 }}
+reg = {{ type = "real", low = 1e-5, high = 0.1, prior = "log" }}
+[defaults.pruner]
+reduction_factor = 2
+min_epochs = {min_epochs}
+"""
+REGION = """
+[regions.{name}]
+data = "{data}"
+family = "rating_mf"
+rating_range = [1.0, 5.0]
+"""
+#: (name, regions, workers, trials, epochs, parallel, pruning)
+RUNS = [
+    ("north, 1 worker, 8 trials, no pruning", REGIONS[:1], 1, 8, 2, 2, False),
+    ("north, 2 workers, 16 trials, pruning", REGIONS[:1], 2, 16, 3, 2, True),
+    ("3 demo regions, 2 workers, 8 trials, pruning", REGIONS[:3], 2, 8, 3, 2, True),
+    ("10-region night, 2 workers, 8 trials, no pruning", REGIONS, 2, 8, 2, 2, False),
+]
+
+
+def _config(home: Path, data: Path, index: int, regions: tuple[str, ...], trials: int,
+            epochs: int, parallel: int, pruning: bool) -> Path:
+    text = HEADER.format(epochs=epochs, seed=index, trials=trials, parallel=parallel,
+                         min_epochs=1 if pruning else epochs)
+    text += "".join(REGION.format(name=n, data=data / f"{n}.csv") for n in regions)
+    path = home / f"run{index}.toml"
+    path.write_text(text)
+    return path
+
+
+def _run(settings, config, workers: int) -> tuple[float, dict]:  # noqa: ANN001 - bench glue
+    """One run through the nightly path on ``workers`` fresh local workers: its wall time."""
+    from hoptune.tasks._app import app, send
+    from hoptune.tasks._cluster import local_cluster
+    from hoptune.tasks._driver import follow
+    from hoptune.tasks._nightly import start_nightly
+    from hoptune.tasks._runtime import Runtime
+    from hoptune.tuner import utcnow
+
+    rt = Runtime(settings, worker="bench")
+    shards = {r.name: r.shards for r in config.regions.values()}
+    with local_cluster(settings, shards, workers):
+        run_id, dispatches = start_nightly(rt, config, trigger="bench", workers=workers)
+        started = utcnow()
+        send(dispatches, app)
+        ids = [d.kwargs["study"] for d in dispatches]
+        follow(rt, app, ids, progress=False, timeout=3600)
+    studies = [rt.db.study(i) for i in ids]
+    assert all(s["state"] == "done" for s in studies), [s["state"] for s in studies]
+    wall = (max(s["finished_at"] for s in studies) - started).total_seconds()
+    outcomes: dict[str, int] = {}
+    for s in studies:
+        for state, n in rt.db.counts(s["id"]).items():
+            outcomes[state] = outcomes.get(state, 0) + n
+    hops = sum(rt.db.hops_done(s["id"]) for s in studies)
+    rt.db.dispose()
+    return wall, {"hops": hops, "trials": outcomes}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=30_000, help="ratings per region")
+    args = parser.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="htplan-"))
+    os.environ["HOPTUNE_HOME"] = str(home)
+    os.environ["HOPTUNE_TORCH_THREADS"] = "1"
+    for key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL", "HOPTUNE_BROKER_URL",
+                "HOPTUNE_NIGHTLY_DEADLINE"):
+        os.environ.pop(key, None)
+
+    from hoptune.core import Settings
+    from hoptune.regions import ingest, load_config, write_demo
+    from hoptune.tasks._broker import EmbeddedRedis
+    from hoptune.tasks._calibrate import calibrate
+    from hoptune.tasks._cluster import assign_shards
+    from hoptune.tasks._plan import Planner
+    from hoptune.tasks._runtime import Runtime
+
+    settings = Settings.from_env()
+    started = time.monotonic()
+    loads = [load_average()]
+    runs = []
+    # one Redis for every run: each run's local cluster shares it (and leaves it running)
+    broker = EmbeddedRedis(settings.home).start()
+    try:
+        demo = write_demo(home / "demo", regions=REGIONS, rows=args.rows)
+        data = demo.parent / "data"
+        first = load_config(_config(home, data, 0, REGIONS[:1], 8, 1, 2, False))
+        calibration = calibrate(settings, first, "north", local_workers=2)
+        assert calibration is not None
+        for index, (name, regions, workers, trials, epochs, parallel, pruning) in enumerate(
+                RUNS, start=1):
+            config = load_config(_config(home, data, index, regions, trials, epochs, parallel,
+                                         pruning))
+            rt = Runtime(settings, worker="bench")
+            for region in config.regions.values():  # as a night starts: its data first
+                ingest(region, rt.store)
+            planner = Planner(rt, config, list(regions))
+            owners = {(r, k): [f"w{i}"] for i, owned in enumerate(
+                assign_shards({n: 2 for n in regions}, workers)) for r, k in owned}
+            predicted = planner.plan(owners)
+            rt.db.dispose()
+            loads.append(load_average())
+            wall, seen = _run(settings, config, workers)
+            error = (predicted.wall_seconds - wall) / wall
+            runs.append({"run": name, "regions": len(regions), "workers": workers,
+                         "trials": trials, "epochs": epochs, "pruning": pruning,
+                         "predicted_seconds": round(predicted.wall_seconds, 2),
+                         "range_seconds": [round(predicted.low_seconds, 2),
+                                           round(predicted.high_seconds, 2)],
+                         "measured_seconds": round(wall, 2), "error_share": round(error, 4),
+                         "predicted_hops": predicted.hops, "measured_hops": seen["hops"],
+                         "trials_by_state": seen["trials"],
+                         "history_hops": max(c["hops"] for c in predicted.costs.values()),
+                         "validation_seconds": round(predicted.validation, 3),
+                         "dispatch_seconds": round(predicted.dispatch, 3),
+                         "start_seconds": round(predicted.start, 3),
+                         "load_after": load_average()})
+            print(json.dumps(runs[-1]), flush=True)
+    finally:
+        broker.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    worst = max(abs(r["error_share"]) for r in runs)
+    result = {"max_abs_error_share": round(worst, 4), "target": TARGET,
+              "met": worst <= TARGET, "runs": runs,
+              "seconds": round(time.monotonic() - started, 1)}
+    _report(result, loads)
+    print(json.dumps(result))
+    return 0
+
+
+def _report(result: dict, loads: list[str]) -> None:
+    rows = "\n".join(
+        f"| {r['run']} | {r['predicted_seconds']:.1f} ({r['range_seconds'][0]:.1f} to "
+        f"{r['range_seconds'][1]:.1f}) | {r['measured_seconds']:.1f} | "
+        f"{r['error_share']:+.1%} | {r['predicted_hops']} / {r['measured_hops']} | "
+        f"{r['history_hops']} hops | {r['load_after']} |" for r in result["runs"])
+    verdict = ("met" if result["met"] else "**missed**")
+    body = f"""## Planner: predicted against measured wall time (`bench/plan.py`)
+
+Machine: {machine()}. Command: `{command()}`. The machine is shared with other work while
+the bench runs, so its load average moves: before the runs {loads[0]}, before each run
+{", ".join(loads[1:])}; each run's load average after it is in the table.
+
+Each prediction is made before its run, from the hops recorded by the calibration study
+(`hoptune plan --calibrate`: 4 one-epoch trials of the demo model) and the runs before
+it, never by the run itself. Runs go through `hoptune nightly`'s path on fresh local
+workers (embedded Redis, SQLite), with the demo's synthetic ratings; wall time is from
+the first message sent to the last study's end. Prediction range: the cost model's
+spread (90th percentile of its relative residuals).
+
+| run | predicted s (range) | measured s | error | hops: predicted / run | history | load |
+| --- | --- | --- | --- | --- | --- | --- |
+{rows}
+
+Largest error {result['max_abs_error_share']:.1%} against a target of
+{TARGET:.0%}: {verdict}. Whole bench: {result['seconds']:.0f} s.
+"""
+    write_section("plan", body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
