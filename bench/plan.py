@@ -110,14 +110,17 @@ def _run(settings, config, workers: int) -> tuple[float, dict]:  # noqa: ANN001 
     for s in studies:
         for state, n in rt.db.counts(s["id"]).items():
             outcomes[state] = outcomes.get(state, 0) + n
-    hops = sum(rt.db.hops_done(s["id"]) for s in studies)
+    done = [h for s in studies for h in rt.db.hops(study_id=s["id"]) if h["state"] == "done"]
     rt.db.dispose()
-    return wall, {"hops": hops, "trials": outcomes}
+    return wall, {"hops": len(done), "trials": outcomes,
+                  "hop_seconds": sum((h["finished_at"] - h["started_at"]).total_seconds()
+                                     for h in done)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=30_000, help="ratings per region")
+    parser.add_argument("--keep", action="store_true", help="keep its HOPTUNE_HOME")
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="htplan-"))
@@ -169,6 +172,8 @@ def main() -> int:
                                            round(predicted.high_seconds, 2)],
                          "measured_seconds": round(wall, 2), "error_share": round(error, 4),
                          "predicted_hops": predicted.hops, "measured_hops": seen["hops"],
+                         "predicted_hop_seconds": round(predicted.train_seconds, 2),
+                         "measured_hop_seconds": round(seen["hop_seconds"], 2),
                          "trials_by_state": seen["trials"],
                          "history_hops": max(c["hops"] for c in predicted.costs.values()),
                          "validation_seconds": round(predicted.validation, 3),
@@ -178,7 +183,10 @@ def main() -> int:
             print(json.dumps(runs[-1]), flush=True)
     finally:
         broker.stop()
-        shutil.rmtree(home, ignore_errors=True)
+        if args.keep:
+            print(f"HOPTUNE_HOME kept: {home}", file=sys.stderr)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
     worst = max(abs(r["error_share"]) for r in runs)
     result = {"max_abs_error_share": round(worst, 4), "target": TARGET,
               "met": worst <= TARGET, "runs": runs,

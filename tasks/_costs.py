@@ -2,10 +2,12 @@
 
 A hop's cost is keyed by its model family, the device kind of the worker that
 trained it and that worker's host class (``HOPTUNE_HOST_CLASS``, by default the
-host name), all from the ``workers`` table; its size by the rows it trained,
-the trial's batch size and its model's parameter count (the model built on the
-meta device: no memory, no initialisation). Only hops that trained count: a
-redelivery that found the work done says nothing of the cost.
+host name), all from the ``workers`` table (a worker that stopped cleanly has no
+row left: its device is "unknown" and its host the one its node name gives);
+its size by the rows it trained, the trial's batch size and its model's
+parameter count (the model built on the meta device: no memory, no
+initialisation). Only hops that trained count: a redelivery that found the work
+done says nothing of the cost.
 """
 
 from __future__ import annotations
@@ -52,8 +54,11 @@ def recorded_observations(db: StudyDB, studies: list[dict[str, Any]] | None = No
                     parameters = parameter_count(study, trial["params"])
                 worker = workers.get(hop["worker"] or "", {})
                 info = worker.get("info") or {}
+                # a worker that stopped cleanly took its row along: its node name's host remains
+                node_host = (hop["worker"] or "").rpartition("@")[2] or None
                 key = CostKey(family=family, device=str(info.get("device", "unknown")),
-                              host=str(info.get("host_class") or worker.get("host") or "unknown"))
+                              host=str(info.get("host_class") or worker.get("host") or node_host
+                                       or "unknown"))
                 out.append(HopObservation(
                     key=key, rows=int(hop["samples"]), batch_size=batch_size,
                     parameters=parameters,

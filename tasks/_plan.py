@@ -13,6 +13,7 @@ fitted cost.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import statistics
 from dataclasses import dataclass
@@ -65,42 +66,71 @@ class Plan:
     validation: float
     dispatch: float
     start: float
+    head: float
     costs: dict[str, dict[str, Any]]
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def _median_gaps(db: Any, studies: list[dict[str, Any]]) -> tuple[float, float, float]:
+def _median_gaps(db: Any, studies: list[dict[str, Any]]
+                 ) -> tuple[float, float, float, float]:
     """Medians of the seconds from a hop's end to its epoch's end, to the next hop's start,
-    and from a trial's end to the start of the trial that took its slot."""
-    hand_on, validation, start = [], [], []
+    from a trial's end to the start of the trial that took its slot, and from a study's
+    start to its first hop's message (its first ``tune_step``).
+
+    A hop that waited for its worker to finish another hop waited in the queue, which the
+    simulator schedules itself: the gaps before a hop count from when its worker was free.
+    """
+    done: dict[int, list[dict[str, Any]]] = {}
     for study in studies:
-        ends, firsts = [], []
+        for h in db.hops(study_id=study["id"]):
+            if h["state"] == "done" and h["started_at"] is not None \
+                    and h["finished_at"] is not None:
+                done.setdefault(h["trial_id"], []).append(h)
+    by_worker: dict[str, list[dict[str, Any]]] = {}
+    for h in (h for hops in done.values() for h in hops):
+        by_worker.setdefault(h["worker"], []).append(h)
+    starts = {}
+    for worker, hops in by_worker.items():
+        hops.sort(key=lambda h: h["started_at"])
+        starts[worker] = [h["started_at"] for h in hops]
+
+    def ready(hop: dict[str, Any], since: Any) -> float:
+        """Seconds from ``since`` or its worker's previous hop's end, the later, to ``hop``."""
+        i = bisect.bisect_left(starts[hop["worker"]], hop["started_at"])
+        free = by_worker[hop["worker"]][i - 1]["finished_at"] if i > 0 else since
+        return max(0.0, (hop["started_at"] - max(since, free)).total_seconds())
+
+    hand_on, validation, start, head = [], [], [], []
+    for study in studies:
+        ends, firsts, queued = [], [], []
         for trial in db.trials(study["id"]):
             if trial["finished_at"] is not None:
                 ends.append(trial["finished_at"])
-            hops = [h for h in db.hops(trial["id"]) if h["state"] == "done"
-                    and h["started_at"] is not None and h["finished_at"] is not None]
+            hops = done.get(trial["id"], [])
             if hops:
-                firsts.append(min(h["started_at"] for h in hops))
+                firsts.append(min(hops, key=lambda h: h["started_at"]))
+                queued.append(min(h["queued_at"] for h in hops))
             by_epoch: dict[int, list[dict[str, Any]]] = {}
             for h in hops:
                 by_epoch.setdefault(h["epoch"], []).append(h)
             for epoch, group in by_epoch.items():
                 group.sort(key=lambda h: h["position"])
-                hand_on += [max(0.0, (b["started_at"] - a["finished_at"]).total_seconds())
+                hand_on += [ready(b, a["finished_at"])
                             for a, b in zip(group, group[1:], strict=False)]
                 record = db.epoch(trial["id"], epoch)
                 if record is not None and record["finished_at"] is not None:
                     validation.append(max(0.0, (record["finished_at"] - group[-1]["finished_at"]
                                                 ).total_seconds()))
         for first in firsts:  # a trial that started once another had ended: its slot's wait
-            before = [e for e in ends if e <= first]
+            before = [e for e in ends if e <= first["started_at"]]
             if before:
-                start.append((first - max(before)).total_seconds())
+                start.append(ready(first, max(before)))
+        if queued:
+            head.append(max(0.0, (min(queued) - study["created_at"]).total_seconds()))
     return tuple(statistics.median(x) if x else 0.0  # type: ignore[return-value]
-                 for x in (validation, hand_on, start))
+                 for x in (validation, hand_on, start, head))
 
 
 def _cost(region: RegionConfig, costs: dict[Any, HopCost]) -> HopCost:
@@ -209,11 +239,11 @@ class Planner:
             from hoptune.tasks._runtime import region_of
 
             own = [s for s in finished if region_of(s).family in families]
-        self.validation, self.dispatch, self.start = _median_gaps(db, own)
+        self.validation, self.dispatch, self.start, self.head = _median_gaps(db, own)
 
     def _run(self, workers: Workers, scale: float = 1.0) -> SimResult:
         return simulate(_studies(self.inputs, scale), workers, validation=self.validation,
-                        dispatch=self.dispatch, start=self.start)
+                        dispatch=self.dispatch, start=self.start, head=self.head)
 
     def wall(self, workers: Workers) -> float:
         """The predicted wall time alone (the fitted costs, no range)."""
@@ -238,7 +268,7 @@ class Planner:
                     train_seconds=mid.train_seconds,
                     validation_seconds=mid.validation_seconds,
                     dispatch_seconds=mid.dispatch_seconds, validation=self.validation,
-                    dispatch=self.dispatch, start=self.start,
+                    dispatch=self.dispatch, start=self.start, head=self.head,
                     costs={i.region.name: {"device": i.cost.key.device, "host": i.cost.key.host,
                                            "hops": i.cost.hops, "error": i.cost.error,
                                            "spread": i.cost.spread} for i in self.inputs})
@@ -292,7 +322,7 @@ def format_plan(p: Plan, deadline: float | None = None) -> str:
         f"where the time goes: training {p.train_seconds / max(work, 1e-12):.0%} of worker time, "
         f"validation {p.validation_seconds / max(work, 1e-12):.0%} "
         f"({p.validation:.2f} s an epoch); {p.dispatch:.3f} s a message, "
-        f"{p.start:.2f} s to start a trial",
+        f"{p.start:.2f} s to start a trial, {p.head:.2f} s to start a study",
     ]
     for region, c in p.costs.items():
         lines.append(f"  {region}: cost of {c['device']} on {c['host']} from {c['hops']} hops, "

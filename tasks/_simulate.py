@@ -14,7 +14,9 @@ at a time, the oldest waiting message first. A hop holds its worker for
 ``hop_seconds(rows)``; an epoch's last hop also validates (``validation``
 seconds); each message takes ``dispatch`` seconds from send to queue, and a
 trial's first one ``start`` seconds more (``tune_step`` recording it, the
-optimizer's proposal) from the moment its slot is free. For
+optimizer's proposal) from the moment its slot is free; a study's first trials
+wait ``head`` seconds instead (its first ``tune_step``, on a worker that may
+still be importing). For
 pruning each trial has a deterministic synthetic metric (its rank in a seeded
 shuffle, the same at every epoch), so ASHA keeps about one trial in
 ``reduction_factor`` at each rung, as it would on metrics in random order.
@@ -123,8 +125,8 @@ def _synthetic_metrics(spec: SimStudy) -> list[float]:
 
 
 def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], list[str]],
-             *, validation: float = 0.0, dispatch: float = 0.0, start: float = 0.0
-             ) -> SimResult:
+             *, validation: float = 0.0, dispatch: float = 0.0, start: float = 0.0,
+             head: float = 0.0) -> SimResult:
     """Simulate ``studies`` started together on ``workers`` (a count, or owners per shard)."""
     names = [s.region for s in studies]
     if len(set(names)) != len(names):
@@ -184,14 +186,14 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             trial.order = first_order(study, trial, epoch)
             send(spec.region, trial.index, trial.order[position])
 
-    def start_trials(study: _Study) -> None:
+    def start_trials(study: _Study, delay: float) -> None:
         spec = study.spec
         while len(study.running) < spec.parallel and study.next_trial < spec.budget:
             trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial))
             study.next_trial += 1
             study.running[trial.index] = trial
             trial.order = first_order(study, trial, 0)
-            send(spec.region, trial.index, trial.order[0], start)
+            send(spec.region, trial.index, trial.order[0], delay)
 
     def take(worker: str) -> None:
         mine = [s for s, o in owners.items() if worker in o and queued[s]]
@@ -232,11 +234,11 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             return
         study.outcomes[outcome] = study.outcomes.get(outcome, 0) + 1
         del study.running[t.index]
-        start_trials(study)
+        start_trials(study, start)
 
     for study in state.values():
         resume_trials(study)
-        start_trials(study)
+        start_trials(study, start if study.spec.in_flight else head)
     while events:
         now, _, kind, payload = heapq.heappop(events)
         if kind == "arrive":

@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the fewest workers that meet it (6h, 90m, 45s)")
     p.add_argument("--calibrate", action="store_true",
                    help="first train a few one-epoch trials of REGION's model to record hop "
-                        "costs, where this host class has none for its family")
+                        "costs, where none of its family are recorded")
     p.add_argument("--local-workers", type=_positive, default=None, metavar="N", nargs="?",
                    const=0, help="with --calibrate: start the embedded Redis and N local "
                                  "workers for it (default: one per visible GPU, or 2)")
@@ -618,7 +618,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         family = config.region(names[0]).family
         print(f"{names[0]}: " + (f"calibration study {study_id} recorded the hop costs of "
                                   f"{family}" if study_id is not None else
-                                  f"this host class already has hop costs of {family}: "
+                                  f"hop costs of {family} are recorded already: "
                                   "nothing to calibrate"),
               file=sys.stderr if args.json else sys.stdout)
         if args.workers is None and args.deadline is None:

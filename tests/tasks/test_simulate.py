@@ -132,7 +132,19 @@ def test_trials_in_flight_must_fit_the_study() -> None:
             simulate([study], 1)
 
 
-def test_a_trial_starts_its_slot_s_start_seconds_after_the_slot_frees() -> None:
+def test_a_later_trial_starts_start_seconds_after_its_slot_frees() -> None:
     study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=1, epochs=1)
     result = simulate([study], 1, dispatch=0.25, start=0.5)
-    assert result.wall_seconds == 3 * (0.5 + 0.25 + 1.0)
+    # the first trial waits for no slot (head 0); the two others start 0.5 s after one frees
+    assert result.wall_seconds == (0.25 + 1.0) + 2 * (0.5 + 0.25 + 1.0)
+
+
+def test_a_study_s_first_trials_wait_for_its_first_tune_step() -> None:
+    study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=2, epochs=1)
+    result = simulate([study], 1, start=0.5, head=2.0)
+    # trials 0 and 1 arrive at 2 s and run one after the other; trial 2 arrives 0.5 s after
+    # trial 0's end (3.5 s), while trial 1 runs to 4 s
+    assert result.wall_seconds == 2.0 + 3 * 1.0
+    late = simulate([SimStudy("north", rows=[100], hop_seconds=one_second, budget=3,
+                              parallel=1, epochs=1)], 1, start=0.5, head=2.0)
+    assert late.wall_seconds == 2.0 + 1.0 + 2 * (0.5 + 1.0)
