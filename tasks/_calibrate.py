@@ -11,8 +11,8 @@ region without a space trains its configured parameters.
 
 It is a study of kind ``calibration``: never promoted, never the warm start of
 a later study, not the study ``hoptune status`` ranks nor the one a report
-shows. A family that already has a cost (on any device and host class: the
-planner takes the one with the most hops) is left alone.
+shows. A host class (``HOPTUNE_HOST_CLASS``, by default the host name: the
+local workers' class) that already has a cost for the family is left alone.
 """
 
 from __future__ import annotations
@@ -30,18 +30,21 @@ CALIBRATION_TRIALS = 4
 
 def calibrate(settings: Settings, config: Config, name: str, *,
               local_workers: int | None, trials: int = CALIBRATION_TRIALS) -> int | None:
-    """Train the calibration study of region ``name``; its id, or None when the region's
-    family already has a fitted cost (nothing to calibrate)."""
+    """Train the calibration study of region ``name``; its id, or None when this host class
+    already has a fitted cost of the region's family (nothing to calibrate)."""
     from hoptune.tasks._app import app
     from hoptune.tasks._cluster import local_cluster
     from hoptune.tasks._driver import follow, start_studies
+    from hoptune.tasks._liveness import host_class
     from hoptune.tasks._validate import check_region
     from hoptune.tasks._workflow import create_study
 
     region = config.region(name)
     check_region(config, region, tuned=bool(region.space))
     rt = Runtime(settings, worker="cli")
-    if any(k.family == region.family for k in fit_costs(recorded_observations(rt.db))):
+    host = host_class()
+    if any(k.family == region.family and k.host == host
+           for k in fit_costs(recorded_observations(rt.db))):
         return None
     manifest = ingest(region, rt.store).manifest
     with local_cluster(settings, {region.name: region.shards}, local_workers):

@@ -2,13 +2,18 @@
 needs.
 
 The hop cost is fitted from the hops the cluster recorded (``fit_costs`` over
-``recorded_observations``) for the region's model family, taking the (device,
-host class) with the most recorded hops; the seconds an epoch's validation and
-a message add are the medians of the gaps the recorded hops and epochs show.
+``recorded_observations``) for the region's model family, taking the given
+host class's or else the (device, host class) with the most recorded hops; the
+seconds an epoch's validation, a message, a trial's start and a study's first
+``tune_step`` add are the medians of the gaps the recorded hops, epochs and
+trials show (counted from when the hop's worker was free).
 The schedule is the simulator's (``tasks._simulate``), which runs the
-cluster's own visit-order, placement and pruning. The range comes from the
-cost model's spread: every hop ``1 - spread`` and ``1 + spread`` times its
-fitted cost.
+cluster's own visit-order, placement and pruning. Where the history holds
+tuned studies with rungs, the share of their trials ASHA pruned sets the
+simulated metrics' trend (later trials better: an optimizer that learns prunes
+fewer than metrics in random order would), the trend whose simulated share
+comes closest. The range comes from the cost model's spread: every hop
+``1 - spread`` and ``1 + spread`` times its fitted cost.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import bisect
 import logging
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hoptune.core import HoptuneError, StudyError
@@ -49,6 +54,7 @@ class _Inputs:
     epochs: int
     seed: int
     in_flight: tuple[tuple[int, int], ...] = ()
+    improving: float = 0.0  # the simulator's metric trend (see ``_improving``)
 
 
 @dataclass
@@ -133,13 +139,16 @@ def _median_gaps(db: Any, studies: list[dict[str, Any]]
                  for x in (validation, hand_on, start, head))
 
 
-def _cost(region: RegionConfig, costs: dict[Any, HopCost]) -> HopCost:
+def _cost(region: RegionConfig, costs: dict[Any, HopCost], host: str | None = None
+          ) -> HopCost:
+    """The family's cost on host class ``host`` where it has one, else the one with the most
+    recorded hops."""
     mine = [c for k, c in costs.items() if k.family == region.family]
     if not mine:
         raise StudyError(f"no recorded hops of family {region.family!r} (region {region.name}): "
                          f"tune the region once (`hoptune tune {region.name}`) or calibrate "
                          f"(`hoptune plan {region.name} --calibrate`) to record them")
-    return max(mine, key=lambda c: c.hops)
+    return max(mine, key=lambda c: (c.key.host == host, c.hops))
 
 
 def _sizes(region: RegionConfig, study: dict[str, Any], manifest: dict[str, Any]
@@ -150,9 +159,10 @@ def _sizes(region: RegionConfig, study: dict[str, Any], manifest: dict[str, Any]
             "parameters": parameter_count(study, params)}
 
 
-def _inputs(rt: Runtime, region: RegionConfig, costs: dict[Any, HopCost]) -> _Inputs:
+def _inputs(rt: Runtime, region: RegionConfig, costs: dict[Any, HopCost],
+            host: str | None = None) -> _Inputs:
     """A new study of ``region`` as configured, sized like its latest study."""
-    cost = _cost(region, costs)
+    cost = _cost(region, costs, host)
     study = rt.db.latest_study(region.name, kind=None)
     if study is None:  # never tuned, its family's cost known: sized from its ingested data
         try:
@@ -196,6 +206,40 @@ def _under_way(db: Any, study: dict[str, Any], costs: dict[Any, HopCost]) -> _In
                    **_sizes(region, study, study["manifest"]))
 
 
+def _pruned_share(db: Any, studies: list[dict[str, Any]]) -> float | None:
+    """The share of the finished trials pruned, over the tuned studies that had rungs."""
+    from hoptune.tasks._runtime import region_of
+
+    counts = {"done": 0, "pruned": 0}
+    for study in studies:
+        region = region_of(study)
+        if study["kind"] != "tune" or study["space"] is None or not AshaPruner(
+                reduction_factor=region.pruner.reduction_factor,
+                min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"]).rungs():
+            continue
+        for state, n in db.counts(study["id"]).items():
+            if state in counts:
+                counts[state] += n
+    finished = counts["done"] + counts["pruned"]
+    return counts["pruned"] / finished if finished else None
+
+
+IMPROVING = [k / 10 for k in range(11)]  # the trends tried to match a recorded pruned share
+
+
+def _improving(i: _Inputs, share: float | None) -> float:
+    """The trend whose simulated pruned share comes closest to the recorded one (0 without)."""
+    if share is None or not i.region.space:
+        return 0.0
+
+    def pruned(improving: float) -> float:
+        (study,) = _studies([replace(i, improving=improving)], 1.0)
+        outcomes = simulate([study], i.parallel).trials[i.region.name]
+        return outcomes.get("pruned", 0) / max(1, sum(outcomes.values()))
+
+    return min(IMPROVING, key=lambda w: (abs(pruned(w) - share), w))
+
+
 def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
     out = []
     for i in inputs:
@@ -205,7 +249,7 @@ def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
                   if r.space else None)
         out.append(SimStudy(r.name, rows=i.rows, budget=i.budget, parallel=i.parallel,
                             epochs=i.epochs, seed=i.seed, pruner=pruner,
-                            in_flight=i.in_flight,
+                            in_flight=i.in_flight, improving=i.improving,
                             hop_seconds=hop_seconds_from(i.cost, i.batch_size, i.parameters,
                                                          scale)))
     return out
@@ -214,9 +258,14 @@ def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
 class Planner:
     """The inputs read once; ``plan(workers)`` simulates."""
 
-    def __init__(self, rt: Runtime, config: Config, regions: list[str]) -> None:
-        costs = fit_costs(recorded_observations(rt.db))
-        self._setup(rt.db, [_inputs(rt, config.region(n), costs) for n in regions])
+    def __init__(self, rt: Runtime, config: Config, regions: list[str], *,
+                 history: list[dict[str, Any]] | None = None, host: str | None = None
+                 ) -> None:
+        """``history``: the studies whose hops and gaps to learn from (default: all);
+        ``host``: the host class whose hop costs to plan with, where it has some."""
+        costs = fit_costs(recorded_observations(rt.db, history))
+        self._setup(rt.db, [_inputs(rt, config.region(n), costs, host) for n in regions],
+                    history)
 
     @classmethod
     def under_way(cls, db: Any, running: list[dict[str, Any]]) -> Planner:
@@ -227,19 +276,23 @@ class Planner:
         planner._setup(db, [_under_way(db, s, costs) for s in running])
         return planner
 
-    def _setup(self, db: Any, inputs: list[_Inputs]) -> None:
+    def _setup(self, db: Any, inputs: list[_Inputs],
+               history: list[dict[str, Any]] | None = None) -> None:
         """The gaps from the regions' own finished studies, or, where they have none yet,
         from every finished study of their families."""
         self.inputs = inputs
         regions = {i.region.name for i in inputs}
         families = {i.region.family for i in inputs}
-        finished = [s for s in db.studies() if s["state"] != "running"]
+        finished = [s for s in (db.studies() if history is None else history)
+                    if s["state"] != "running"]
         own = [s for s in finished if s["region"] in regions]
         if not own:
             from hoptune.tasks._runtime import region_of
 
             own = [s for s in finished if region_of(s).family in families]
         self.validation, self.dispatch, self.start, self.head = _median_gaps(db, own)
+        share = _pruned_share(db, own)
+        self.inputs = [replace(i, improving=_improving(i, share)) for i in inputs]
 
     def _run(self, workers: Workers, scale: float = 1.0) -> SimResult:
         return simulate(_studies(self.inputs, scale), workers, validation=self.validation,

@@ -19,7 +19,9 @@ wait ``head`` seconds instead (its first ``tune_step``, on a worker that may
 still be importing). For
 pruning each trial has a deterministic synthetic metric (its rank in a seeded
 shuffle, the same at every epoch), so ASHA keeps about one trial in
-``reduction_factor`` at each rung, as it would on metrics in random order.
+``reduction_factor`` at each rung, as it would on metrics in random order;
+``improving`` blends in a trend, later trials better (an optimizer that learns
+from the earlier ones), so fewer are pruned.
 
 A study under way is simulated from where it stands: ``in_flight`` names the
 (epochs done, hops done in the current epoch) of each trial already started;
@@ -67,6 +69,8 @@ class SimStudy:
     metric: Callable[[int, int], float] | None = None
     # trials already started, as (epochs done, hops done in the current epoch): a study under way
     in_flight: Sequence[tuple[int, int]] = ()
+    # 0: the seeded ranks, in random order; 1: every trial better than the one before
+    improving: float = 0.0
 
     @property
     def shards(self) -> int:
@@ -121,7 +125,9 @@ class _Study:
 def _synthetic_metrics(spec: SimStudy) -> list[float]:
     ranks = list(range(spec.budget))
     random.Random(f"simulate:{spec.seed}").shuffle(ranks)
-    return [float(r) for r in ranks]
+    trend = range(spec.budget - 1, -1, -1) if spec.minimize else range(spec.budget)
+    return [(1 - spec.improving) * r + spec.improving * t
+            for r, t in zip(ranks, trend, strict=True)]
 
 
 def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], list[str]],

@@ -185,10 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the fewest workers that meet it (6h, 90m, 45s)")
     p.add_argument("--calibrate", action="store_true",
                    help="first train a few one-epoch trials of REGION's model to record hop "
-                        "costs, where none of its family are recorded")
+                        "costs, where this host class has none of its family")
     p.add_argument("--local-workers", type=_positive, default=None, metavar="N", nargs="?",
                    const=0, help="with --calibrate: start the embedded Redis and N local "
                                  "workers for it (default: one per visible GPU, or 2)")
+    p.add_argument("--host-class", default=None, metavar="CLASS",
+                   help="plan with the hop costs recorded on this host class "
+                        "(HOPTUNE_HOST_CLASS; default: the class with the most recorded hops)")
     p.add_argument("--json", action="store_true", help="one JSON object")
 
     p = sub.add_parser("sweep", help="send again, once, whatever work a fault may have lost")
@@ -618,12 +621,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         family = config.region(names[0]).family
         print(f"{names[0]}: " + (f"calibration study {study_id} recorded the hop costs of "
                                   f"{family}" if study_id is not None else
-                                  f"hop costs of {family} are recorded already: "
+                                  f"this host class already has hop costs of {family}: "
                                   "nothing to calibrate"),
               file=sys.stderr if args.json else sys.stdout)
         if args.workers is None and args.deadline is None:
             return 0
-    planner = Planner(Runtime(_settings(), worker="cli"), config, names)
+    planner = Planner(Runtime(_settings(), worker="cli"), config, names, host=args.host_class)
     result = workers_for(planner, deadline) if deadline else planner.plan(args.workers)
     if args.json:
         print(json.dumps({**result.as_dict(), "regions": names, "deadline_seconds": deadline}))

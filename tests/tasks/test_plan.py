@@ -172,6 +172,6 @@ def test_calibration_records_the_hop_costs_a_plan_needs_and_is_never_promoted(
     again = hoptune("--config", str(path), "plan", "north", "--calibrate", "--local-workers",
                     "2", cwd=home)
     assert again.returncode == 0, again.stderr
-    assert again.stdout == ("north: hop costs of rating_mf are recorded already: "
+    assert again.stdout == ("north: this host class already has hop costs of rating_mf: "
                             "nothing to calibrate\n")
     assert len(rt.db.studies("north")) == 1

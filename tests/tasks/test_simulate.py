@@ -148,3 +148,14 @@ def test_a_study_s_first_trials_wait_for_its_first_tune_step() -> None:
     late = simulate([SimStudy("north", rows=[100], hop_seconds=one_second, budget=3,
                               parallel=1, epochs=1)], 1, start=0.5, head=2.0)
     assert late.wall_seconds == 2.0 + 1.0 + 2 * (0.5 + 1.0)
+
+
+def test_trials_better_and_better_are_never_pruned() -> None:
+    pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=3)
+
+    def study(improving: float) -> SimStudy:
+        return SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=8,
+                        parallel=1, epochs=3, pruner=pruner, improving=improving)
+
+    assert simulate([study(1.0)], 1).trials == {"north": {"done": 8}}
+    assert simulate([study(0.0)], 1).trials["north"].get("pruned", 0) > 0
