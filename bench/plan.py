@@ -258,11 +258,11 @@ Whole bench: {result['seconds']:.0f} s.
 
 Where the error comes from: given each run's own hop costs, the simulated schedule is
 within {schedule:.1%} of the measured wall time (replayed); the hops themselves took
-{min(drift):+.0%} to {max(drift):+.0%} of the seconds the history predicted for them (the
-cores are shared with the other work on this machine and, with 2 workers, with each other
-and with the optimizer's `tune_step`s), and the runs trained {min(hops):+.0%} to
-{max(hops):+.0%} of the hops predicted (ASHA's pruning of the real metrics, against the
-simulation's trend learned from the runs before).
+{min(drift):+.0%} to {max(drift):+.0%} against the seconds the history predicted for them
+(the cores are shared with the other work on this machine and, with 2 workers, with each
+other and with the optimizer's `tune_step`s), and the runs trained {min(hops):+.0%} to
+{max(hops):+.0%} against the hops predicted (ASHA's pruning of the real metrics, against
+the simulation's trend learned from the runs before; the first run with rungs has none).
 """
     write_section("plan", body)
 
