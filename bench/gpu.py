@@ -105,7 +105,7 @@ def hop_parts(home: Path, devices: list[str], rows_per_shard: int, epochs: int
     from hoptune.tasks._cluster import local_cluster
     from hoptune.tasks._driver import follow, start_studies
     from hoptune.tasks._runtime import Runtime
-    from hoptune.tasks._workflow import create_study
+    from hoptune.tasks._study import create_study
 
     region = load_config(_write(home, int(rows_per_shard * 2 / 0.95), epochs)).region("bench")
     settings = Settings.from_env()

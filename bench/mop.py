@@ -68,7 +68,7 @@ CONFIGS = [{"lr": 0.005, "embedding_dim": 32}, {"lr": 0.01, "embedding_dim": 16}
 
 def _way(rt, region, manifest, configs, app) -> dict:  # noqa: ANN001 - bench glue
     from hoptune.tasks._driver import follow, start_studies
-    from hoptune.tasks._workflow import create_study
+    from hoptune.tasks._study import create_study
 
     study = create_study(rt, region, manifest=manifest, configs=configs,
                          parallel=len(configs))

@@ -2,10 +2,12 @@
 
 A hop's cost is keyed by its model family, the device kind of the worker that
 trained it and that worker's host class (``HOPTUNE_HOST_CLASS``, by default the
-host name), all from the ``workers`` table; its size by the rows it trained,
-the trial's batch size and its model's parameter count (the model built on the
-meta device: no memory, no initialisation). Only hops that trained count: a
-redelivery that found the work done says nothing of the cost.
+host name), from the ``workers`` row of the process of that name that ran the
+hop (a stopped worker's row stays, marked retired; where none is left, the
+device is "unknown" and the host the one the node name gives); its size by the
+rows it trained, the trial's batch size and its model's parameter count (the
+model built on the meta device: no memory, no initialisation). Only hops that
+trained count: a redelivery that found the work done says nothing of the cost.
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ def parameter_count(study: dict[str, Any], params: dict[str, Any]) -> int:
 def recorded_observations(db: StudyDB, studies: list[dict[str, Any]] | None = None
                           ) -> list[HopObservation]:
     """One observation per trained hop of ``studies`` (default: every study)."""
-    workers: dict[str, dict[str, Any]] = {}
-    for row in WorkerRecords(db).all():  # the latest process of each name describes it
-        if row["name"] not in workers or row["started_at"] > workers[row["name"]]["started_at"]:
-            workers[row["name"]] = row
+    processes: dict[str, list[dict[str, Any]]] = {}  # by name, oldest first
+    for row in sorted(WorkerRecords(db).all(), key=lambda r: r["started_at"]):
+        processes.setdefault(row["name"], []).append(row)
+
+    def process(hop: dict[str, Any]) -> dict[str, Any]:
+        """The process of the hop's worker name that ran it: the last started before it."""
+        rows = processes.get(hop["worker"] or "", [])
+        before = [r for r in rows if r["started_at"] <= hop["started_at"]]
+        return (before or rows or [{}])[-1]
+
     out = []
     for study in studies if studies is not None else db.studies():
         region = region_of(study)
@@ -50,10 +58,13 @@ def recorded_observations(db: StudyDB, studies: list[dict[str, Any]] | None = No
                     continue
                 if parameters is None:
                     parameters = parameter_count(study, trial["params"])
-                worker = workers.get(hop["worker"] or "", {})
+                worker = process(hop)
                 info = worker.get("info") or {}
+                # a worker that stopped cleanly took its row along: its node name's host remains
+                node_host = (hop["worker"] or "").rpartition("@")[2] or None
                 key = CostKey(family=family, device=str(info.get("device", "unknown")),
-                              host=str(info.get("host_class") or worker.get("host") or "unknown"))
+                              host=str(info.get("host_class") or worker.get("host") or node_host
+                                       or "unknown"))
                 out.append(HopObservation(
                     key=key, rows=int(hop["samples"]), batch_size=batch_size,
                     parameters=parameters,

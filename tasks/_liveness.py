@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from hoptune.tasks._runtime import Runtime
 from hoptune.tuner import Locks, WorkerRecords, utcnow
 
-__all__ = ["Heartbeat", "heartbeat_seconds", "liveness_seconds", "live_after",
+__all__ = ["Heartbeat", "host_class", "heartbeat_seconds", "liveness_seconds", "live_after",
            "sweep_seconds"]
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,12 @@ def live_after() -> datetime:
     return utcnow() - timedelta(seconds=liveness_seconds())
 
 
+def host_class() -> str:
+    """This host's class (``HOPTUNE_HOST_CLASS``, by default its name): hosts of a class share
+    a hop cost in the planner."""
+    return os.environ.get("HOPTUNE_HOST_CLASS") or socket.gethostname()
+
+
 class Heartbeat:
     """A daemon thread: beat every ``heartbeat_seconds``, sweep every ``sweep_seconds``.
 
@@ -65,7 +71,7 @@ class Heartbeat:
         # what the workers table (``hoptune status``, ``hoptune metrics``) shows of this process
         self.info: dict[str, object] = {
             "device": str(rt.device),
-            "host_class": os.environ.get("HOPTUNE_HOST_CLASS") or socket.gethostname()}
+            "host_class": host_class()}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hoptune-heartbeat", daemon=True)
 

@@ -15,6 +15,18 @@ the broker and the study database say at that moment.
 - ``hoptune_worker_up{worker,device}``: 1 while a worker's heartbeat is live.
 - ``hoptune_trials{region,state}``: trials of each region's latest study by state.
 - ``hoptune_studies_running``: studies running now.
+- ``hoptune_predicted_seconds_to_finish``: the simulator's seconds until every
+  running study finishes on the live workers (0 when none runs).
+- ``hoptune_workers_wanted``: the fewest workers the simulator says finish the
+  running studies within ``nightly_deadline`` (0 when none runs), and
+  ``hoptune_shard_workers_wanted{queue,region,shard}`` how many of them own
+  each shard: the figures a KEDA trigger scales a shard's workers by.
+  Without a deadline there is no want: both have no sample.
+
+The last three come from ``tasks._forecast``, computed in a thread at most
+every ``forecast_every`` seconds: a scrape reads the last forecast and never
+waits for one. Before the first one (and while no hop is recorded to fit the
+costs from) they have no sample.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from hoptune.core import Settings
+from hoptune.tasks._forecast import Forecast, ForecastCache, forecast
 from hoptune.tasks._liveness import live_after
 from hoptune.tasks._messages import hop_queue
 from hoptune.tuner import StudyDB, WorkerRecords, utcnow
@@ -35,9 +48,11 @@ from hoptune.tuner import StudyDB, WorkerRecords, utcnow
 if TYPE_CHECKING:
     from celery import Celery
 
-__all__ = ["BUSY_WINDOW_SECONDS", "ClusterCollector", "busy_shares", "start_metrics"]
+__all__ = ["BUSY_WINDOW_SECONDS", "FORECAST_EVERY_SECONDS", "ClusterCollector", "busy_shares",
+           "start_metrics"]
 
 BUSY_WINDOW_SECONDS = 300.0
+FORECAST_EVERY_SECONDS = 30.0
 TRIAL_STATES = ("pending", "running", "done", "pruned", "failed")
 
 
@@ -81,9 +96,11 @@ class ClusterCollector(Collector):
     """The cluster's gauges, read from the broker and the study database on each scrape."""
 
     def __init__(self, db: StudyDB, shards: dict[str, int],
-                 queue_length: Callable[[str], int], window: float = BUSY_WINDOW_SECONDS
-                 ) -> None:
+                 queue_length: Callable[[str], int], window: float = BUSY_WINDOW_SECONDS,
+                 *, deadline: float | None = None,
+                 forecast_every: float = FORECAST_EVERY_SECONDS) -> None:
         self.db, self.shards, self.queue_length, self.window = db, shards, queue_length, window
+        self.forecasts = ForecastCache(lambda: forecast(db, deadline, utcnow()), forecast_every)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = utcnow()
@@ -158,10 +175,33 @@ class ClusterCollector(Collector):
         yield trials
         yield GaugeMetricFamily("hoptune_studies_running", "studies running now",
                                 value=float(len(running)))
+        yield from _forecast_gauges(self.forecasts.latest())
+
+
+def _forecast_gauges(f: Forecast | None) -> Iterator[GaugeMetricFamily]:
+    finish = GaugeMetricFamily("hoptune_predicted_seconds_to_finish",
+                               "the simulator's seconds until the running studies finish on "
+                               "the live workers")
+    wanted = GaugeMetricFamily("hoptune_workers_wanted",
+                               "the fewest workers predicted to finish the running studies "
+                               "within nightly_deadline")
+    per_shard = GaugeMetricFamily("hoptune_shard_workers_wanted",
+                                  "of hoptune_workers_wanted, the workers that own a shard",
+                                  labels=["queue", "region", "shard"])
+    if f is not None:
+        finish.add_metric([], f.seconds_to_finish)
+        if f.workers_wanted is not None:
+            wanted.add_metric([], float(f.workers_wanted))
+        for (region, shard), n in sorted(f.shard_workers.items()):
+            per_shard.add_metric([hop_queue(region, shard), region, str(shard)], float(n))
+    yield finish
+    yield wanted
+    yield per_shard
 
 
 def start_metrics(settings: Settings, shards: dict[str, int], port: int, addr: str = "0.0.0.0",
-                  app: Celery | None = None) -> Callable[[], None]:
+                  app: Celery | None = None, forecast_every: float = FORECAST_EVERY_SECONDS
+                  ) -> Callable[[], None]:
     """Serve the cluster's gauges at http://addr:port/metrics in a thread; returns its stop.
 
     ``shards`` names the queues to report even while no study of theirs runs
@@ -174,7 +214,9 @@ def start_metrics(settings: Settings, shards: dict[str, int], port: int, addr: s
 
     registry = CollectorRegistry()
     registry.register(ClusterCollector(StudyDB(settings.database_url), shards,
-                                       _queue_lengths(app or default_app)))
+                                       _queue_lengths(app or default_app),
+                                       deadline=settings.nightly_deadline,
+                                       forecast_every=forecast_every))
     server, thread = start_http_server(port, addr=addr, registry=registry)
 
     def stop() -> None:

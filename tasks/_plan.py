@@ -2,30 +2,37 @@
 needs.
 
 The hop cost is fitted from the hops the cluster recorded (``fit_costs`` over
-``recorded_observations``) for the region's model family, taking the (device,
-host class) with the most recorded hops; the seconds an epoch's validation and
-a message add are the medians of the gaps the recorded hops and epochs show.
+``recorded_observations``) for the region's model family, taking the given
+host class's or else the (device, host class) with the most recorded hops; the
+seconds an epoch's validation, a message, a trial's start and a study's first
+``tune_step`` add are the medians of the gaps the recorded hops, epochs and
+trials show (counted from when the hop's worker was free).
 The schedule is the simulator's (``tasks._simulate``), which runs the
-cluster's own visit-order, placement and pruning. The range comes from the
-cost model's spread: every hop ``1 - spread`` and ``1 + spread`` times its
-fitted cost.
+cluster's own visit-order, placement and pruning. Where the history holds
+tuned studies with rungs, the share of their trials ASHA pruned sets the
+simulated metrics' trend (later trials better: an optimizer that learns prunes
+fewer than metrics in random order would), the trend whose simulated share
+comes closest. The range comes from the cost model's spread: every hop
+``1 - spread`` and ``1 + spread`` times its fitted cost.
 """
 
 from __future__ import annotations
 
 import logging
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hoptune.core import HoptuneError, StudyError
 from hoptune.regions import Config, RegionConfig, get_family
 from hoptune.tasks._costs import parameter_count, recorded_observations
+from hoptune.tasks._history import median_gaps, pruned_share
 from hoptune.tasks._runtime import Runtime
 from hoptune.tasks._simulate import SimResult, SimStudy, hop_seconds_from, simulate
 from hoptune.tuner import AshaPruner, HopCost, fit_costs
 
-__all__ = ["Plan", "Planner", "format_plan", "nightly_plan", "plan", "workers_for"]
+__all__ = ["Plan", "Planner", "format_plan", "live_owners", "most_workers", "nightly_plan", "plan",
+           "progress", "workers_for"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,12 @@ class _Inputs:
     cost: HopCost
     batch_size: int
     parameters: int
+    budget: int  # trials to run, the ones in flight included
+    parallel: int
+    epochs: int
+    seed: int
+    in_flight: tuple[tuple[int, int], ...] = ()
+    improving: float = 0.0  # the simulator's metric trend (see ``_improving``)
 
 
 @dataclass
@@ -58,48 +71,95 @@ class Plan:
     dispatch_seconds: float
     validation: float
     dispatch: float
+    start: float
+    head: float
     costs: dict[str, dict[str, Any]]
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def _median_gaps(db: Any, studies: list[dict[str, Any]]) -> tuple[float, float]:
-    """Medians of the seconds from a hop's end to the next hop's start, and to its epoch's end."""
-    hand_on, validation = [], []
-    for study in studies:
-        for trial in db.trials(study["id"]):
-            hops = [h for h in db.hops(trial["id"]) if h["state"] == "done"
-                    and h["started_at"] is not None and h["finished_at"] is not None]
-            by_epoch: dict[int, list[dict[str, Any]]] = {}
-            for h in hops:
-                by_epoch.setdefault(h["epoch"], []).append(h)
-            for epoch, group in by_epoch.items():
-                group.sort(key=lambda h: h["position"])
-                hand_on += [max(0.0, (b["started_at"] - a["finished_at"]).total_seconds())
-                            for a, b in zip(group, group[1:], strict=False)]
-                record = db.epoch(trial["id"], epoch)
-                if record is not None and record["finished_at"] is not None:
-                    validation.append(max(0.0, (record["finished_at"] - group[-1]["finished_at"]
-                                                ).total_seconds()))
-    return (statistics.median(validation) if validation else 0.0,
-            statistics.median(hand_on) if hand_on else 0.0)
-
-
-def _inputs(rt: Runtime, region: RegionConfig, costs: dict[Any, HopCost]) -> _Inputs:
+def _cost(region: RegionConfig, costs: dict[Any, HopCost], host: str | None = None
+          ) -> HopCost:
+    """The family's cost on host class ``host`` where it has one, else the one with the most
+    recorded hops."""
     mine = [c for k, c in costs.items() if k.family == region.family]
     if not mine:
         raise StudyError(f"no recorded hops of family {region.family!r} (region {region.name}): "
-                         f"tune the region once (`hoptune tune {region.name}`) to record them")
-    study = rt.db.latest_study(region.name)
-    if study is None:
-        raise StudyError(f"region {region.name} has no study: tune it once first")
-    manifest = study["manifest"] or rt.manifest(region.name)
+                         f"tune the region once (`hoptune tune {region.name}`) or calibrate "
+                         f"(`hoptune plan {region.name} --calibrate`) to record them")
+    return max(mine, key=lambda c: (c.key.host == host, c.hops))
+
+
+def _sizes(region: RegionConfig, study: dict[str, Any], manifest: dict[str, Any]
+           ) -> dict[str, Any]:
     params = {**get_family(region).default_params, **region.params}
-    return _Inputs(region=region, rows=[int(r) for r in manifest["rows"]],
-                   cost=max(mine, key=lambda c: c.hops),
-                   batch_size=int(params.get("batch_size", region.batch_size)),
-                   parameters=parameter_count(study, params))
+    return {"rows": [int(r) for r in manifest["rows"]],
+            "batch_size": int(params.get("batch_size", region.batch_size)),
+            "parameters": parameter_count(study, params)}
+
+
+def _inputs(rt: Runtime, region: RegionConfig, costs: dict[Any, HopCost],
+            host: str | None = None) -> _Inputs:
+    """A new study of ``region`` as configured, sized like its latest study."""
+    cost = _cost(region, costs, host)
+    study = rt.db.latest_study(region.name, kind=None)
+    if study is None:  # never tuned, its family's cost known: sized from its ingested data
+        try:
+            manifest = rt.manifest(region.name)
+        except HoptuneError as exc:
+            raise StudyError(f"region {region.name} has no study and no ingested data: "
+                             f"`hoptune ingest {region.name}` first ({exc})") from None
+        study = {"region_config": region.model_dump(mode="json"), "manifest": manifest}
+    manifest = study["manifest"] or rt.manifest(region.name)
+    return _Inputs(region=region, cost=cost, budget=region.trials, parallel=region.parallel,
+                   epochs=region.epochs, seed=region.seed, **_sizes(region, study, manifest))
+
+
+def progress(db: Any, study: dict[str, Any]) -> tuple[tuple[tuple[int, int], ...], int]:
+    """A running study's trials in flight, as (epochs done, hops done in the current epoch),
+    and how many of its trials are still to start."""
+    trials = db.trials(study["id"])
+    done: dict[tuple[int, int], int] = {}
+    for hop in db.hops(study_id=study["id"]):
+        if hop["state"] == "done":
+            done[hop["trial_id"], hop["epoch"]] = done.get((hop["trial_id"], hop["epoch"]), 0) + 1
+    shards = len(study["manifest"]["rows"])
+    in_flight = []
+    for t in trials:
+        if t["state"] not in ("pending", "running"):
+            continue
+        epoch = min(int(t["epochs_done"]), study["epochs"] - 1)
+        in_flight.append((epoch, min(done.get((t["id"], epoch), 0), shards - 1)))
+    return tuple(in_flight), max(0, study["budget"] - len(trials))
+
+
+def _under_way(db: Any, study: dict[str, Any], costs: dict[Any, HopCost]) -> _Inputs:
+    """What is left of a running study."""
+    from hoptune.tasks._runtime import region_of
+
+    region = region_of(study)
+    in_flight, to_start = progress(db, study)
+    return _Inputs(region=region, cost=_cost(region, costs),
+                   budget=len(in_flight) + to_start, parallel=study["parallel"],
+                   epochs=study["epochs"], seed=study["seed"], in_flight=in_flight,
+                   **_sizes(region, study, study["manifest"]))
+
+
+IMPROVING = [k / 10 for k in range(11)]  # the trends tried to match a recorded pruned share
+
+
+def _improving(i: _Inputs, share: float | None) -> float:
+    """The trend whose simulated pruned share comes closest to the recorded one (0 without)."""
+    if share is None or not i.region.space:
+        return 0.0
+
+    def pruned(improving: float) -> float:
+        (study,) = _studies([replace(i, improving=improving)], 1.0)
+        outcomes = simulate([study], i.parallel).trials[i.region.name]
+        return outcomes.get("pruned", 0) / max(1, sum(outcomes.values()))
+
+    return min(IMPROVING, key=lambda w: (abs(pruned(w) - share), w))
 
 
 def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
@@ -107,10 +167,11 @@ def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
     for i in inputs:
         r = i.region
         pruner = (AshaPruner(reduction_factor=r.pruner.reduction_factor,
-                             min_epochs=r.pruner.min_epochs, max_epochs=r.epochs)
+                             min_epochs=r.pruner.min_epochs, max_epochs=i.epochs)
                   if r.space else None)
-        out.append(SimStudy(r.name, rows=i.rows, budget=r.trials, parallel=r.parallel,
-                            epochs=r.epochs, seed=r.seed, pruner=pruner,
+        out.append(SimStudy(r.name, rows=i.rows, budget=i.budget, parallel=i.parallel,
+                            epochs=i.epochs, seed=i.seed, pruner=pruner,
+                            in_flight=i.in_flight, improving=i.improving,
                             hop_seconds=hop_seconds_from(i.cost, i.batch_size, i.parameters,
                                                          scale)))
     return out
@@ -119,19 +180,57 @@ def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
 class Planner:
     """The inputs read once; ``plan(workers)`` simulates."""
 
-    def __init__(self, rt: Runtime, config: Config, regions: list[str]) -> None:
-        costs = fit_costs(recorded_observations(rt.db))
-        self.inputs = [_inputs(rt, config.region(n), costs) for n in regions]
-        studies = [s for n in regions for s in rt.db.studies(n) if s["state"] != "running"]
-        self.validation, self.dispatch = _median_gaps(rt.db, studies)
+    def __init__(self, rt: Runtime, config: Config, regions: list[str], *,
+                 history: list[dict[str, Any]] | None = None, host: str | None = None
+                 ) -> None:
+        """``history``: the studies whose hops and gaps to learn from (default: all);
+        ``host``: the host class whose hop costs to plan with, where it has some."""
+        costs = fit_costs(recorded_observations(rt.db, history))
+        self._setup(rt.db, [_inputs(rt, config.region(n), costs, host) for n in regions],
+                    history)
+
+    @classmethod
+    def under_way(cls, db: Any, running: list[dict[str, Any]]) -> Planner:
+        """A planner of what is left of the ``running`` studies (their trials in flight
+        go on from where they stand)."""
+        planner = cls.__new__(cls)
+        costs = fit_costs(recorded_observations(db))
+        planner._setup(db, [_under_way(db, s, costs) for s in running])
+        return planner
+
+    def _setup(self, db: Any, inputs: list[_Inputs],
+               history: list[dict[str, Any]] | None = None) -> None:
+        """The gaps from the regions' own finished studies, or, where they have none yet,
+        from every finished study of their families."""
+        self.inputs = inputs
+        regions = {i.region.name for i in inputs}
+        families = {i.region.family for i in inputs}
+        finished = [s for s in (db.studies() if history is None else history)
+                    if s["state"] != "running"]
+        own = [s for s in finished if s["region"] in regions]
+        if not own:
+            from hoptune.tasks._runtime import region_of
+
+            own = [s for s in finished if region_of(s).family in families]
+        self.validation, self.dispatch, self.start, self.head = median_gaps(db, own)
+        share = pruned_share(db, own)
+        self.inputs = [replace(i, improving=_improving(i, share)) for i in inputs]
 
     def _run(self, workers: Workers, scale: float = 1.0) -> SimResult:
-        return simulate(_studies(self.inputs, scale), workers,
-                        validation=self.validation, dispatch=self.dispatch)
+        return simulate(_studies(self.inputs, scale), workers, validation=self.validation,
+                        dispatch=self.dispatch, start=self.start, head=self.head)
 
-    def wall(self, workers: int) -> float:
+    def wall(self, workers: Workers) -> float:
         """The predicted wall time alone (the fitted costs, no range)."""
         return self._run(workers).wall_seconds
+
+    def owners(self, owners: Workers) -> Workers:
+        """``owners`` where every shard planned has one; else as many workers, round robin."""
+        if isinstance(owners, dict):
+            shards = {(i.region.name, k) for i in self.inputs for k in range(len(i.rows))}
+            if not shards <= set(owners):
+                return len({w for o in owners.values() for w in o})
+        return owners
 
     def plan(self, workers: Workers) -> Plan:
         spread = max(i.cost.spread for i in self.inputs)
@@ -144,7 +243,7 @@ class Planner:
                     train_seconds=mid.train_seconds,
                     validation_seconds=mid.validation_seconds,
                     dispatch_seconds=mid.dispatch_seconds, validation=self.validation,
-                    dispatch=self.dispatch,
+                    dispatch=self.dispatch, start=self.start, head=self.head,
                     costs={i.region.name: {"device": i.cost.key.device, "host": i.cost.key.host,
                                            "hops": i.cost.hops, "error": i.cost.error,
                                            "spread": i.cost.spread} for i in self.inputs})
@@ -154,13 +253,18 @@ def plan(rt: Runtime, config: Config, regions: list[str], workers: int) -> Plan:
     return Planner(rt, config, regions).plan(workers)
 
 
+def most_workers(planner: Planner) -> int:
+    """As many workers as let every trial in flight run on every shard at once."""
+    return min(MAX_WORKERS, sum(i.parallel * len(i.rows) for i in planner.inputs))
+
+
 def workers_for(planner: Planner, deadline: float) -> Plan:
     """The plan with the fewest workers whose predicted wall time meets ``deadline``.
 
     Searched upward from one worker to as many as let every trial in flight run
     on every shard at once (more can only wait): ``parallel`` owners per shard.
     """
-    most = min(MAX_WORKERS, sum(i.region.parallel * len(i.rows) for i in planner.inputs))
+    most = most_workers(planner)
     best = None
     for n in range(1, most + 1):
         wall = planner.wall(n)
@@ -192,7 +296,8 @@ def format_plan(p: Plan, deadline: float | None = None) -> str:
         f"{p.hops} hops",
         f"where the time goes: training {p.train_seconds / max(work, 1e-12):.0%} of worker time, "
         f"validation {p.validation_seconds / max(work, 1e-12):.0%} "
-        f"({p.validation:.2f} s an epoch); {p.dispatch:.3f} s a message",
+        f"({p.validation:.2f} s an epoch); {p.dispatch:.3f} s a message, "
+        f"{p.start:.2f} s to start a trial, {p.head:.2f} s to start a study",
     ]
     for region, c in p.costs.items():
         lines.append(f"  {region}: cost of {c['device']} on {c['host']} from {c['hops']} hops, "
@@ -202,12 +307,12 @@ def format_plan(p: Plan, deadline: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def live_owners(rt: Runtime, regions: list[str]) -> Workers:
+def live_owners(db: Any, regions: list[str]) -> Workers:
     """The live workers' shards of ``regions``, or their count where a shard has no owner yet."""
     from hoptune.tasks._liveness import live_after
     from hoptune.tuner import WorkerRecords
 
-    live = WorkerRecords(rt.db).live(live_after())
+    live = WorkerRecords(db).live(live_after())
     owners: dict[tuple[str, int], list[str]] = {}
     for w in live:
         for name, k in w["shards"] or []:
@@ -227,12 +332,7 @@ def nightly_plan(rt: Runtime, config: Config, regions: list[str], run_id: int,
     deadline = rt.settings.nightly_deadline
     try:
         planner = Planner(rt, config, regions)
-        owners = workers or live_owners(rt, regions)
-        if isinstance(owners, dict):
-            shards = {(i.region.name, k) for i in planner.inputs for k in range(len(i.rows))}
-            if not shards <= set(owners):  # a shard nobody owns yet: plan as many, round robin
-                owners = len({w for o in owners.values() for w in o})
-        p = planner.plan(owners)
+        p = planner.plan(workers or planner.owners(live_owners(rt.db, regions)))
     except HoptuneError as exc:
         log.info("nightly run %d: no plan: %s", run_id, exc)
         return None

@@ -57,6 +57,10 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
     study = db.study(study_id)
     if study["promotion"] is not None:
         return study["promotion"]
+    if study["kind"] == "calibration":  # its trials measured hop costs, nothing else
+        decision = {"promoted": False, "reason": "a calibration study is never promoted"}
+        db.set_study(study_id, promotion=decision)
+        return decision
     if study["state"] != "done" or study["best_trial_id"] is None:
         decision = {"promoted": False, "reason": study["failure"] or f"study {study['state']}"}
         db.set_study(study_id, promotion=decision)

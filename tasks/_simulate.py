@@ -12,10 +12,21 @@ always runs the policy the cluster runs.
 Workers consume the queues of the shards they own (replicas allowed), one hop
 at a time, the oldest waiting message first. A hop holds its worker for
 ``hop_seconds(rows)``; an epoch's last hop also validates (``validation``
-seconds); each message takes ``dispatch`` seconds from send to queue. For
+seconds); each message takes ``dispatch`` seconds from send to queue, and a
+trial's first one ``start`` seconds more (``tune_step`` recording it, the
+optimizer's proposal) from the moment its slot is free; a study's first trials
+wait ``head`` seconds instead (its first ``tune_step``, on a worker that may
+still be importing). For
 pruning each trial has a deterministic synthetic metric (its rank in a seeded
 shuffle, the same at every epoch), so ASHA keeps about one trial in
-``reduction_factor`` at each rung, as it would on metrics in random order.
+``reduction_factor`` at each rung, as it would on metrics in random order;
+``improving`` blends in a trend, later trials better (an optimizer that learns
+from the earlier ones), so fewer are pruned.
+
+A study under way is simulated from where it stands: ``in_flight`` names the
+(epochs done, hops done in the current epoch) of each trial already started;
+those trials are the study's first, they go on from there, and the rest of
+the ``budget`` starts as they finish. A hop running now counts whole.
 
 Plain functions over plain data: no Celery, Redis or database.
 """
@@ -48,7 +59,7 @@ class SimStudy:
     region: str
     rows: Sequence[int]  # rows per shard; K = len(rows)
     hop_seconds: Callable[[int], float]
-    budget: int
+    budget: int  # trials to run, the ones in flight included
     parallel: int
     epochs: int
     seed: int = 0
@@ -56,6 +67,10 @@ class SimStudy:
     minimize: bool = True
     # the metric a trial reports after an epoch (trial index, 1-based epoch); None: seeded ranks
     metric: Callable[[int, int], float] | None = None
+    # trials already started, as (epochs done, hops done in the current epoch): a study under way
+    in_flight: Sequence[tuple[int, int]] = ()
+    # 0: the seeded ranks, in random order; 1: every trial better than the one before
+    improving: float = 0.0
 
     @property
     def shards(self) -> int:
@@ -110,11 +125,14 @@ class _Study:
 def _synthetic_metrics(spec: SimStudy) -> list[float]:
     ranks = list(range(spec.budget))
     random.Random(f"simulate:{spec.seed}").shuffle(ranks)
-    return [float(r) for r in ranks]
+    trend = range(spec.budget - 1, -1, -1) if spec.minimize else range(spec.budget)
+    return [(1 - spec.improving) * r + spec.improving * t
+            for r, t in zip(ranks, trend, strict=True)]
 
 
 def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], list[str]],
-             *, validation: float = 0.0, dispatch: float = 0.0) -> SimResult:
+             *, validation: float = 0.0, dispatch: float = 0.0, start: float = 0.0,
+             head: float = 0.0) -> SimResult:
     """Simulate ``studies`` started together on ``workers`` (a count, or owners per shard)."""
     names = [s.region for s in studies]
     if len(set(names)) != len(names):
@@ -146,10 +164,10 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             running={s: running[(region, s)] for s in range(k)},
             owners={s: list(owners[(region, s)]) for s in range(k)}, held=dict(held))
 
-    def send(region: str, trial: int, shard: int) -> None:
-        totals["dispatch"] += dispatch
+    def send(region: str, trial: int, shard: int, delay: float = 0.0) -> None:
+        totals["dispatch"] += dispatch + delay
         sent[(region, shard)] += 1
-        push(now + dispatch, "arrive", (region, trial, shard))
+        push(now + delay + dispatch, "arrive", (region, trial, shard))
 
     def first_order(study: _Study, trial: _Trial, epoch: int, here: str | None = None
                     ) -> list[int]:
@@ -157,14 +175,31 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
         tentative = _visit_order.choose_visit_order(study.spec.shards, trial.seed, epoch, others)
         return tuner.first_shards([tentative], loads(study.spec.region), here)[0]
 
-    def start_trials(study: _Study) -> None:
+    def resume_trials(study: _Study) -> None:
+        spec = study.spec
+        if len(spec.in_flight) > spec.budget:
+            raise ValueError(f"{spec.region}: {len(spec.in_flight)} trials in flight, more "
+                             f"than the budget of {spec.budget}")
+        for epoch, position in spec.in_flight:
+            if not (0 <= epoch < spec.epochs and 0 <= position < spec.shards):
+                raise ValueError(f"{spec.region}: a trial in flight at epoch {epoch}, hop "
+                                 f"{position} is outside {spec.epochs} epochs of "
+                                 f"{spec.shards} hops")
+            trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial),
+                           epoch=epoch, position=position)
+            study.next_trial += 1
+            study.running[trial.index] = trial
+            trial.order = first_order(study, trial, epoch)
+            send(spec.region, trial.index, trial.order[position])
+
+    def start_trials(study: _Study, delay: float) -> None:
         spec = study.spec
         while len(study.running) < spec.parallel and study.next_trial < spec.budget:
             trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial))
             study.next_trial += 1
             study.running[trial.index] = trial
             trial.order = first_order(study, trial, 0)
-            send(spec.region, trial.index, trial.order[0])
+            send(spec.region, trial.index, trial.order[0], delay)
 
     def take(worker: str) -> None:
         mine = [s for s, o in owners.items() if worker in o and queued[s]]
@@ -205,10 +240,11 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             return
         study.outcomes[outcome] = study.outcomes.get(outcome, 0) + 1
         del study.running[t.index]
-        start_trials(study)
+        start_trials(study, start)
 
     for study in state.values():
-        start_trials(study)
+        resume_trials(study)
+        start_trials(study, start if study.spec.in_flight else head)
     while events:
         now, _, kind, payload = heapq.heappop(events)
         if kind == "arrive":

@@ -50,7 +50,7 @@ def health_sections(db: StudyDB, settings: Settings, regions: list[str]
                 "state": "live" if w["heartbeat_at"] > alive else "gone",
                 "heartbeat": f"{(now - w['heartbeat_at']).total_seconds():.0f} s ago",
                 "shards": ",".join(f"{r}:{k}" for r, k in w["shards"] or [])}
-               for w in records.all()]
+               for w in records.all() if not (w["info"] or {}).get("retired")]
     if workers:
         out.append((f"worker heartbeats (a process is gone after "
                     f"{liveness_seconds():.0f} s without one):",

@@ -30,7 +30,8 @@ def trial_seed(study_seed: int, number: int) -> int:
 def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
                  configs: list[dict[str, Any]] | None = None, trials: int | None = None,
                  parallel: int | None = None, parent_id: int | None = None,
-                 where: str | None = None, nightly_run_id: int | None = None) -> int:
+                 where: str | None = None, nightly_run_id: int | None = None,
+                 kind: str = "tune") -> int:
     """Record a study of ``region``: fixed ``configs``, or tuned over the region's space.
 
     With ``configs`` every trial is recorded now (pending) and the budget is
@@ -45,7 +46,7 @@ def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
         region=region.name, budget=budget, parallel=parallel or region.parallel,
         epochs=region.epochs, seed=region.seed, space=space,
         region_config=region.model_dump(mode="json"), data_hash=manifest["hash"],
-        manifest=manifest, nightly_run_id=nightly_run_id,
+        manifest=manifest, nightly_run_id=nightly_run_id, kind=kind,
         parent_id=parent_id, minimize=family.scoring(manifest["meta"], region.params)[1])
     if configs is not None:
         defaults = {**family.default_params, **region.params}

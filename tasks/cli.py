@@ -36,6 +36,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def _region(text: str) -> str:
     """A region name from the command line; it becomes part of store paths, so it is checked."""
     import re
@@ -173,14 +183,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive, default=None, help="workers to plan for")
     p.add_argument("--deadline", default=None, metavar="DURATION",
                    help="print the fewest workers that meet it (6h, 90m, 45s)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="first train a few one-epoch trials of REGION's model to record hop "
+                        "costs, where this host class has none of its family")
+    p.add_argument("--local-workers", type=_positive, default=None, metavar="N", nargs="?",
+                   const=0, help="with --calibrate: start the embedded Redis and N local "
+                                 "workers for it (default: one per visible GPU, or 2)")
+    p.add_argument("--host-class", default=None, metavar="CLASS",
+                   help="plan with the hop costs recorded on this host class "
+                        "(HOPTUNE_HOST_CLASS; default: the class with the most recorded hops)")
     p.add_argument("--json", action="store_true", help="one JSON object")
 
     p = sub.add_parser("sweep", help="send again, once, whatever work a fault may have lost")
 
     p = sub.add_parser("metrics", help="serve Prometheus metrics for an autoscaler: queue "
-                                       "depths, running hops, busy workers, trials by state")
+                                       "depths, running hops, busy workers, trials by state, "
+                                       "the predicted finish and the workers wanted")
     p.add_argument("--port", type=_positive, default=9464)
     p.add_argument("--addr", default="0.0.0.0", help="address to listen on (default: all)")
+    p.add_argument("--forecast-every", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="simulate the running studies' remaining work at most this often "
+                        "(default 30)")
 
     p = sub.add_parser("gc", help="remove the checkpoints finished studies no longer need")
     p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
@@ -337,11 +360,15 @@ def cmd_status(args: argparse.Namespace) -> int:
             continue
         counts = db.counts(study["id"])
         best = db.trial(study["best_trial_id"]) if study["best_trial_id"] else None
-        if best is None:
+        calibration = study["kind"] == "calibration"  # hop costs only: nothing to rank
+        if calibration:
+            best = None
+        elif best is None:
             ranked = [t for t in db.trials(study["id"]) if t["last_metric"] is not None]
             if ranked:
                 best = (min if study["minimize"] else max)(ranked, key=lambda t: t["last_metric"])
-        rows.append({"region": study["region"], "study": study["id"], "state": study["state"],
+        state = f"{study['state']} (calibration)" if calibration else study["state"]
+        rows.append({"region": study["region"], "study": study["id"], "state": state,
                      **{k: counts[k] for k in ("pending", "running", "done", "pruned", "failed")},
                      "best": best["last_metric"] if best else None,
                      "params": best["params"] if best else None})
@@ -561,7 +588,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         if args.config:  # a config named on the command line must be right
             raise
         shards = {}  # without one, the regions of running studies are reported
-    stop = start_metrics(settings, shards, args.port, args.addr)
+    stop = start_metrics(settings, shards, args.port, args.addr,
+                         forecast_every=args.forecast_every)
     print(f"metrics on http://{args.addr}:{args.port}/metrics; Ctrl-C stops", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
@@ -580,12 +608,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.nightly == (args.region is not None):
         raise ConfigError("plan: name one REGION or --nightly")
-    if (args.workers is None) == (args.deadline is None):
+    if args.calibrate and args.nightly:
+        raise ConfigError("plan: --calibrate calibrates one REGION")
+    if args.workers is not None and args.deadline is not None or not args.calibrate and (
+            args.workers is None and args.deadline is None):
         raise ConfigError("plan: give --workers N or --deadline DURATION")
+    if args.local_workers is not None and not args.calibrate:
+        raise ConfigError("plan: --local-workers is for --calibrate")
     deadline = parse_duration(args.deadline, "--deadline") if args.deadline else None
     config = _config(args)
     names = list(config.regions) if args.nightly else [config.region(args.region).name]
-    planner = Planner(Runtime(_settings(), worker="cli"), config, names)
+    if args.calibrate:
+        from hoptune.tasks._calibrate import calibrate
+
+        study_id = calibrate(_settings(), config, names[0], local_workers=args.local_workers)
+        family = config.region(names[0]).family
+        print(f"{names[0]}: " + (f"calibration study {study_id} recorded the hop costs of "
+                                  f"{family}" if study_id is not None else
+                                  f"this host class already has hop costs of {family}: "
+                                  "nothing to calibrate"),
+              file=sys.stderr if args.json else sys.stdout)
+        if args.workers is None and args.deadline is None:
+            return 0
+    planner = Planner(Runtime(_settings(), worker="cli"), config, names, host=args.host_class)
     result = workers_for(planner, deadline) if deadline else planner.plan(args.workers)
     if args.json:
         print(json.dumps({**result.as_dict(), "regions": names, "deadline_seconds": deadline}))

@@ -39,15 +39,22 @@ def test_the_scaled_object_scales_that_deployment_by_its_own_shard_queue(tmp_pat
     assert scaled["spec"]["minReplicaCount"] >= 1  # a shard queue always has a consumer
     shards = parse_shard_spec(build_parser().parse_args(command[1:]).shards)
     queues = {hop_queue(region, shard) for region, shard in shards}
-    triggers = {t["type"]: t for t in scaled["spec"]["triggers"]}
-    assert set(triggers) == {"redis", "prometheus"}
-    assert triggers["redis"]["metadata"]["listName"] in queues
-    auth = triggers["redis"]["authenticationRef"]["name"]
+    triggers = scaled["spec"]["triggers"]
+    assert {t["type"] for t in triggers} == {"redis", "prometheus"}
+    (redis,) = [t for t in triggers if t["type"] == "redis"]
+    assert redis["metadata"]["listName"] in queues
+    auth = redis["authenticationRef"]["name"]
     assert ("TriggerAuthentication", auth) in BY_KIND
-    query = triggers["prometheus"]["metadata"]["query"]
-    (metric, queue) = re.fullmatch(r'max\((\w+)\{queue="([^"]+)"\}\)', query).groups()
-    assert queue in queues
-    assert metric in _exported(tmp_path)
+    exported = _exported(tmp_path)
+    metrics = set()
+    for trigger in [t for t in triggers if t["type"] == "prometheus"]:
+        query = trigger["metadata"]["query"]
+        (metric, queue) = re.fullmatch(r'max\((\w+)\{queue="([^"]+)"\}\)', query).groups()
+        assert queue in queues
+        assert metric in exported, f"{metric} is not a metric `hoptune metrics` serves"
+        metrics.add(metric)
+    # the queue's age, and the planner's workers wanted for the deadline
+    assert metrics == {"hoptune_queue_oldest_seconds", "hoptune_shard_workers_wanted"}
 
 
 def _exported(folder: Path) -> set[str]:

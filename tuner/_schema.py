@@ -60,6 +60,8 @@ studies = Table(
     Column("failure", Text),
     Column("nightly_run_id", Integer, index=True),
     Column("promotion", JSON),  # what promoting its best trial decided
+    # "tune"; "calibration": hops recorded for the planner's cost model, never promoted
+    Column("kind", String(16), nullable=False, default="tune", server_default="tune"),
     # one running study per region, held by the database rather than a check-then-insert
     Index("one_running_study_per_region", "region", unique=True,
           sqlite_where=text("state = 'running'"), postgresql_where=text("state = 'running'")),

@@ -89,8 +89,12 @@ class StudyDB:
         minimize: bool = True,
         manifest: dict[str, Any] | None = None,
         nightly_run_id: int | None = None,
+        kind: str = "tune",
     ) -> int:
         """Record a running study of ``region``.
+
+        ``kind`` is ``"tune"``, or ``"calibration"`` for a study that only
+        records hop costs for the planner: never promoted, never a warm start.
 
         The database holds one running study per region: while one runs, this
         raises ``StudyError`` naming it, so two commands starting a study of one
@@ -114,11 +118,12 @@ class StudyDB:
                         data_hash=data_hash,
                         parent_id=parent_id,
                         minimize=int(minimize),
+                        kind=kind,
                     )
                 )
                 return int(result.inserted_primary_key[0])
         except IntegrityError:
-            running = self.latest_study(region, state="running")
+            running = self.latest_study(region, state="running", kind=None)
             if running is None:
                 raise
             raise StudyError(f"region {region!r} already has a running study "
@@ -150,10 +155,14 @@ class StudyDB:
         with self.transaction() as conn:
             return {row[0] for row in conn.execute(query) if row[0] is not None}
 
-    def latest_study(self, region: str, *, state: str | None = None) -> dict[str, Any] | None:
+    def latest_study(self, region: str, *, state: str | None = None,
+                     kind: str | None = "tune") -> dict[str, Any] | None:
+        """The region's newest study (of ``state``; of ``kind``, by default a tuning study)."""
         query = select(studies).where(studies.c.region == region)
         if state is not None:
             query = query.where(studies.c.state == state)
+        if kind is not None:
+            query = query.where(studies.c.kind == kind)
         with self.transaction() as conn:
             row = conn.execute(query.order_by(studies.c.id.desc()).limit(1)).first()
         return row_dict(row) if row is not None else None

@@ -7,7 +7,7 @@ belongs to a worker that is gone, and the sweeper sends it again.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -15,7 +15,9 @@ from sqlalchemy import delete, select, update
 from hoptune.tuner._schema import row_dict, takeovers, utcnow, workers
 from hoptune.tuner._studydb import StudyDB
 
-__all__ = ["WorkerRecords"]
+__all__ = ["RETIRED_AT", "WorkerRecords"]
+
+RETIRED_AT = datetime(1970, 1, 1, tzinfo=UTC)  # the heartbeat of a worker that stopped cleanly
 
 
 class WorkerRecords:
@@ -34,18 +36,27 @@ class WorkerRecords:
                 started_at=now, heartbeat_at=now))
 
     def beat(self, worker_id: str, info: dict[str, Any] | None = None) -> bool:
-        """Touch the worker's heartbeat; False if its row is gone."""
+        """Touch the worker's heartbeat; False if its row is gone (or retired)."""
         values: dict[str, Any] = {"heartbeat_at": utcnow()}
         if info is not None:
             values["info"] = info
         with self.db.transaction() as conn:
-            return conn.execute(update(workers).where(workers.c.id == worker_id)
+            return conn.execute(update(workers).where(workers.c.id == worker_id,
+                                                      workers.c.heartbeat_at > RETIRED_AT)
                                 .values(**values)).rowcount == 1
 
     def retire(self, worker_id: str) -> None:
-        """A worker process that stops cleanly says so: its hops need no liveness wait."""
+        """A worker process that stops cleanly says so: its hops need no liveness wait.
+
+        Its row stays, its heartbeat set to ``RETIRED_AT`` (never live) and its info
+        marked ``retired``: the device and host class its hops trained on are what the
+        planner's cost model is keyed by.
+        """
         with self.db.transaction() as conn:
-            conn.execute(delete(workers).where(workers.c.id == worker_id))
+            row = conn.execute(select(workers.c.info).where(workers.c.id == worker_id)).first()
+            if row is not None:
+                conn.execute(update(workers).where(workers.c.id == worker_id).values(
+                    heartbeat_at=RETIRED_AT, info={**(row[0] or {}), "retired": True}))
 
     def all(self) -> list[dict[str, Any]]:
         with self.db.transaction() as conn:

@@ -40,7 +40,8 @@ def metrics_port(fault_env: dict[str, str], home: Path, write_config) -> Iterato
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-P", "-m", "hoptune.tasks.cli", "metrics", "--port", str(port),
-         "--addr", "127.0.0.1"], cwd=home, env={**os.environ, **fault_env},
+         "--addr", "127.0.0.1", "--forecast-every", "0.2"], cwd=home,
+        env={**os.environ, **fault_env, "HOPTUNE_NIGHTLY_DEADLINE": "1h"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while True:
@@ -84,9 +85,29 @@ def test_queue_depths_move_while_a_study_runs(scenario, workers, metrics_port: i
 
     scenario.wait_until(aged, 60, "shard 1's oldest hop to age")
 
+    # shard 0's hops are recorded: the simulator forecasts what is left of the study
+    def forecast() -> bool:
+        waiting.update(scrape(metrics_port))
+        return waiting.get(("hoptune_predicted_seconds_to_finish", ()), 0) > 0
+
+    scenario.wait_until(forecast, 60, "a forecast of the study's remaining work")
+    # an hour is far more than a few small hops need: one worker, owning both shards
+    assert waiting["hoptune_workers_wanted", ()] == 1
+    for shard in (0, 1):
+        assert queue_sample(waiting, "hoptune_shard_workers_wanted", "north", shard) == 1
+
     workers.start("w1", "north:1")
     scenario.settle(study)
-    after = scrape(metrics_port)
+    after: dict = {}
+
+    def nothing_left() -> bool:
+        after.clear()
+        after.update(scrape(metrics_port))
+        return after.get(("hoptune_predicted_seconds_to_finish", ()), -1) == 0
+
+    scenario.wait_until(nothing_left, 60, "the forecast of a finished study")
+    assert after["hoptune_workers_wanted", ()] == 0
+    assert not [key for key in after if key[0] == "hoptune_shard_workers_wanted"]
     assert queue_sample(after, "hoptune_queue_depth", "north", 1) == 0
     assert queue_sample(after, "hoptune_queue_oldest_seconds", "north", 1) == 0
     assert after["hoptune_studies_running", ()] == 0

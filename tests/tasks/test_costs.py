@@ -30,3 +30,28 @@ def test_every_trained_hop_is_one_observation_keyed_by_its_worker(make_config, r
     assert all(o.seconds > 0 for o in observations)
     (cost,) = fit_costs(observations).values()
     assert cost.hops + cost.outliers == 8
+
+
+def test_a_stopped_worker_s_hops_keep_the_class_of_the_process_that_ran_them(make_config, rt
+                                                                            ) -> None:
+    from hoptune.tasks._liveness import live_after
+    from hoptune.tasks._status import health_sections
+
+    region = load_config(make_config(shards=2, epochs=1, trials=1, parallel=1)
+                         ).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    records = WorkerRecords(rt.db)
+    # two processes under one name, one after the other, on hosts of two classes
+    for number, host_class in enumerate(("small", "large")):
+        holder = f"{rt.worker}/{number}/x"
+        records.register(holder, name=rt.worker, host="box", pid=number, shards=[],
+                         info={"device": "cpu", "host_class": host_class})
+        study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
+        run_inline(rt, tune_step(rt, study))
+        records.retire(holder)  # stopped cleanly
+        assert not records.beat(holder)  # a retired row is never touched again
+    assert records.live(live_after()) == []
+    keys = [o.key.host for o in recorded_observations(rt.db)]
+    assert keys == ["small", "small", "large", "large"]
+    # retired processes are history, not heartbeats to show
+    assert not [s for s in health_sections(rt.db, rt.settings, []) if "heartbeat" in s[0]]

@@ -134,3 +134,44 @@ def test_bad_plan_arguments_are_one_line(home, args: list[str], message: str) ->
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("hoptune: error: ") and done.stderr.count("\n") == 1
     assert message in done.stderr
+
+
+def test_calibration_records_the_hop_costs_a_plan_needs_and_is_never_promoted(
+        make_config, rt, home) -> None:
+    path = make_config(shards=2, trials=4, parallel=2)
+    before = hoptune("--config", str(path), "plan", "north", "--workers", "2", cwd=home)
+    assert before.returncode == 2 and "no recorded hops of family" in before.stderr
+
+    done = hoptune("--config", str(path), "plan", "north", "--calibrate", "--local-workers",
+                   "2", cwd=home)
+    assert done.returncode == 0, done.stderr
+    (study,) = rt.db.studies("north")
+    assert done.stdout == (f"north: calibration study {study['id']} recorded the hop costs of "
+                           "rating_mf\n")
+    assert (study["kind"], study["state"], study["epochs"]) == ("calibration", "done", 1)
+    assert study["promotion"] == {"promoted": False,
+                                  "reason": "a calibration study is never promoted"}
+    assert not (home / "store" / "models" / "north").exists()
+    # never a warm start nor the study a report shows
+    assert rt.db.latest_study("north") is None
+    assert rt.db.latest_study("north", kind=None)["id"] == study["id"]
+    # its trials spread over the space: a stratum of each dimension per trial
+    trials = rt.db.trials(study["id"])
+    assert len(trials) == 4 and {t["state"] for t in trials} == {"done"}
+    assert len({t["params"]["embedding_dim"] for t in trials}) == 4
+    assert len({t["params"]["lr"] for t in trials}) == 4
+    assert rt.db.hops_done(study["id"]) == 4 * 2
+
+    planned = hoptune("--config", str(path), "plan", "north", "--workers", "2", "--json",
+                      cwd=home)
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["workers"] == 2 and plan["wall_seconds"] > 0
+    assert plan["costs"]["north"]["hops"] >= 2
+
+    again = hoptune("--config", str(path), "plan", "north", "--calibrate", "--local-workers",
+                    "2", cwd=home)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == ("north: this host class already has hop costs of rating_mf: "
+                            "nothing to calibrate\n")
+    assert len(rt.db.studies("north")) == 1

@@ -104,3 +104,58 @@ def test_the_simulator_runs_the_clusters_own_policies(monkeypatch) -> None:
     assert calls["placed_order"] == 2 * epochs
     # the last epoch ends "done" without asking the pruner
     assert calls["prune"] == epochs - result.trials["north"].get("done", 0)
+
+
+def test_a_study_under_way_goes_on_from_where_its_trials_stand() -> None:
+    # one worker, two shards of 1 s hops, 2 epochs: a trial is 4 hops from its start
+    fresh = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=3, parallel=2,
+                     epochs=2)
+    assert simulate([fresh], 1).wall_seconds == 12.0
+    # trial 0 has done its first epoch and one hop of its second: 1 hop left; trial 1 has
+    # done one hop: 3 left; one trial is still to start: 4 hops
+    under_way = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=3,
+                         parallel=2, epochs=2, in_flight=[(1, 1), (0, 1)])
+    result = simulate([under_way], 1)
+    assert result.hops == 1 + 3 + 4
+    assert result.wall_seconds == 8.0
+    assert result.trials == {"north": {"done": 3}}
+
+
+def test_trials_in_flight_must_fit_the_study() -> None:
+    import pytest
+
+    for in_flight, message in [([(2, 0)], "outside 2 epochs"), ([(0, 2)], "outside 2 epochs"),
+                               ([(0, 0)] * 4, "more than the budget")]:
+        study = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=3,
+                         parallel=2, epochs=2, in_flight=in_flight)
+        with pytest.raises(ValueError, match=message):
+            simulate([study], 1)
+
+
+def test_a_later_trial_starts_start_seconds_after_its_slot_frees() -> None:
+    study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=1, epochs=1)
+    result = simulate([study], 1, dispatch=0.25, start=0.5)
+    # the first trial waits for no slot (head 0); the two others start 0.5 s after one frees
+    assert result.wall_seconds == (0.25 + 1.0) + 2 * (0.5 + 0.25 + 1.0)
+
+
+def test_a_study_s_first_trials_wait_for_its_first_tune_step() -> None:
+    study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=2, epochs=1)
+    result = simulate([study], 1, start=0.5, head=2.0)
+    # trials 0 and 1 arrive at 2 s and run one after the other; trial 2 arrives 0.5 s after
+    # trial 0's end (3.5 s), while trial 1 runs to 4 s
+    assert result.wall_seconds == 2.0 + 3 * 1.0
+    late = simulate([SimStudy("north", rows=[100], hop_seconds=one_second, budget=3,
+                              parallel=1, epochs=1)], 1, start=0.5, head=2.0)
+    assert late.wall_seconds == 2.0 + 1.0 + 2 * (0.5 + 1.0)
+
+
+def test_trials_better_and_better_are_never_pruned() -> None:
+    pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=3)
+
+    def study(improving: float) -> SimStudy:
+        return SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=8,
+                        parallel=1, epochs=3, pruner=pruner, improving=improving)
+
+    assert simulate([study(1.0)], 1).trials == {"north": {"done": 8}}
+    assert simulate([study(0.0)], 1).trials["north"].get("pruned", 0) > 0
