@@ -210,11 +210,40 @@ def _in_process(home: Path, region_name: str, trials: int, epochs: int, *, tpe: 
     return {"wall_s": time.monotonic() - started, "epochs": trained[0], "best": best}
 
 
+#: ``fuse`` for the fused run of the one region (``--fuse``); 1 would be the unfused run.
+FUSE = 4
+
+
+def _fused_tune(root: Path, names: list[str], region: str, trials: int, epochs: int,
+                data: Path, fuse: int) -> dict:
+    """``hoptune tune`` of one region with ``fuse`` set, on 2 warm workers of its own home."""
+    home = _home(root, names, trials, epochs, data)
+    config = home / "hoptune.toml"
+    config.write_text(config.read_text().replace("[defaults]\n", f"[defaults]\nfuse = {fuse}\n",
+                                                 1))
+    up = subprocess.Popen([sys.executable, "-m", "hoptune.tasks.cli", "up", "--workers", "2"],
+                          env=_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+    try:
+        _wait_workers(home, 2)
+        time.sleep(3.0)  # warm, as for the unfused run
+        started = _hoptune(home, "tune", region, "--no-progress")
+        wall = time.time() - started
+        (study,) = _studies(home, [region])
+    finally:
+        os.killpg(up.pid, signal.SIGTERM)
+        up.wait(60)
+    return {"wall_s": round(wall, 2), "epochs": study["epochs"], "best": study["best"],
+            "fuse": fuse}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--regions", type=int, default=10)
+    parser.add_argument("--fuse", type=int, default=FUSE,
+                        help="fuse of the fused run of the one region")
     args = parser.parse_args()
 
     from hoptune.regions import write_ratings
@@ -271,6 +300,8 @@ def main() -> int:
         f["optuna_nightly"] = {"wall_s": round(sum(r["wall_s"] for r in optuna_night), 2),
                                "epochs": sum(r["epochs"] for r in optuna_night),
                                "mean_best": sum(r["best"] for r in optuna_night) / len(night)}
+        f["hoptune_fused"] = _fused_tune(root / "fused", names, single, args.trials,
+                                         args.epochs, data, args.fuse)
     finally:
         if up is not None:
             os.killpg(up.pid, signal.SIGTERM)
@@ -281,6 +312,8 @@ def main() -> int:
     f["regions10_vs_optuna"] = round(f["nightly"]["wall_s"] / f["optuna_nightly"]["wall_s"], 3)
     f["best_hoptune"], f["best_optuna"] = f["hoptune"]["best"], f["optuna"]["best"]
     f["best_random"] = f["random"]["best"]
+    f["fused_study_vs_optuna"] = round(f["hoptune_fused"]["wall_s"] / f["optuna"]["wall_s"], 3)
+    f["best_hoptune_fused"] = f["hoptune_fused"]["best"]
     f["mean_best_nightly_hoptune"] = f["nightly"]["mean_best"]
     f["mean_best_nightly_optuna"] = f["optuna_nightly"]["mean_best"]
     f.update(trials=args.trials, epochs=args.epochs, regions=args.regions, rows=ROWS)
@@ -293,12 +326,18 @@ def _row(parts: dict) -> str:
     return " | ".join(f"{v:.2f}" for v in parts.values())
 
 
+def _fused_row(hf: dict) -> str:
+    return (f"| `hoptune tune`, warm workers, `fuse = {hf['fuse']}` | {hf['wall_s']:.2f} | "
+            f"{hf['epochs']} | {hf['best']:.4f} |")
+
+
 def _verdict(ok: bool) -> str:
     return "met" if ok else "missed"
 
 
 def _report(f: dict) -> None:
     h, o, r, n, on = f["hoptune"], f["optuna"], f["random"], f["nightly"], f["optuna_nightly"]
+    hf = f["hoptune_fused"]
     regions = f"{f['regions']} regions"
     write_section("e2e", f"""
 ## End to end against Optuna and random search (`bench/e2e.py`)
@@ -316,6 +355,7 @@ include their own ingest of the data.
 | | wall (s) | epochs trained | best final validation RMSE (mean over regions) |
 | --- | ---: | ---: | ---: |
 | `hoptune tune`, warm workers | {h['wall_s']:.2f} | {h['epochs']} | {h['best']:.4f} |
+{_fused_row(hf)}
 | Optuna TPE + successive halving | {o['wall_s']:.2f} | {o['epochs']} | {o['best']:.4f} |
 | random search | {r['wall_s']:.2f} | {r['epochs']} | {r['best']:.4f} |
 | `hoptune nightly`, {regions} at once | {n['wall_s']:.2f} | {n['epochs']} | {n['mean_best']:.4f} |
@@ -337,6 +377,10 @@ First hop starts **{f['first_hop_warm_s']:.2f} s** after `hoptune tune` with wor
 most 8 s: {_verdict(f['first_hop_cold_s'] <= 8)}).
 One region's study over Optuna's wall time: **{f['study_vs_optuna']:.2f}x** (target at
 most 1.5x: {_verdict(f['study_vs_optuna'] <= 1.5)}).
+With `fuse = {hf['fuse']}` (trials hop in cohorts, one fused model per hop):
+**{f['fused_study_vs_optuna']:.2f}x** Optuna's wall time at a best final RMSE of
+{hf['best']:.4f} against Optuna's {o['best']:.4f} (target below 1x at an equal or better
+metric: {_verdict(f['fused_study_vs_optuna'] < 1 and hf['best'] <= o['best'])}).
 {f['regions']} regions at once over Optuna one after another: **{f['regions10_vs_optuna']:.2f}x**
 (target below 1 with an equal or better mean best metric:
 {_verdict(f['regions10_vs_optuna'] < 1 and n['mean_best'] <= on['mean_best'])}).

@@ -161,12 +161,17 @@ class FusedModel:
             self.buffers[attribute] = torch.tensor(values, dtype=torch.float64).to(
                 like.device, like.dtype)
         self._loss = _LossOf(family, template)
+        # functional_call unties shared tensors on every call (walking the modules): only a
+        # template that shares a parameter or buffer between two names needs it
+        self._tied = any(
+            len(list(named(remove_duplicate=False))) != len(list(named()))
+            for named in (template.named_parameters, template.named_buffers))
         self._batched = vmap(self._one, randomness="error")
 
     def _one(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
              batch: dict[str, torch.Tensor]) -> torch.Tensor:
         tensors = {_PREFIX + k: v for k, v in (*params.items(), *buffers.items())}
-        return functional_call(self._loss, tensors, (batch,))
+        return functional_call(self._loss, tensors, (batch,), tie_weights=self._tied)
 
     def losses(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The N trials' losses of batch (tensors stacked along axis 0, one row per trial)."""

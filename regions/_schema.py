@@ -42,6 +42,7 @@ __all__ = [
 
 EXPECT = {
     **dict.fromkeys(("shards", "epochs", "batch_size", "trials", "parallel"), "an integer >= 1"),
+    "fuse": "an integer from 1 to 64",
     **dict.fromkeys(("seed", "max_redeliveries"), "an integer >= 0"),
     "min_epochs": "an integer >= 1",
     "reduction_factor": "an integer >= 2",
@@ -187,6 +188,8 @@ class Defaults(_Frozen):
     optimizer: Literal["fused_adamw", "fused_sgd", "adamw", "sgd"] = "fused_adamw"
     trials: Count = 16
     parallel: Count = 4
+    # trials of a study that train together as one fused model in one hop (1: each alone)
+    fuse: Annotated[int, Strict(), Field(ge=1, le=64)] = 1
     max_redeliveries: Natural = 3
     params: dict[str, Any] = Field(default_factory=dict)
     space: dict[str, Any] = Field(default_factory=dict)

@@ -60,6 +60,28 @@ def iter_batches(
         yield {name: tensor[chosen] for name, tensor in data.items()}
 
 
+def iter_stacked_batches(
+    data: dict[str, torch.Tensor], batch_size: int, generators: list[torch.Generator]
+) -> Iterator[dict[str, torch.Tensor]]:
+    """``iter_batches`` for several trials at once: batch j holds, in row i, batch j of
+    ``iter_batches(data, batch_size, generators[i])`` (the same rows, the same values).
+
+    Each trial's order is drawn as there; every step gathers all the trials' rows
+    of a tensor with one index operation instead of one per trial.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    sizes = {len(tensor) for tensor in data.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"tensors of different lengths: {sorted(sizes)}")
+    (rows,) = sizes
+    device = next(iter(data.values())).device
+    orders = torch.stack([torch.randperm(rows, generator=g) for g in generators]).to(device)
+    for start in range(0, rows, batch_size):
+        chosen = orders[:, start : start + batch_size]
+        yield {name: tensor[chosen] for name, tensor in data.items()}
+
+
 def _load(store: Store, manifest: dict[str, Any], key: str) -> dict[str, torch.Tensor]:
     table = pq.read_table(io.BytesIO(store.read_bytes(key)))
     columns = manifest["columns"]

@@ -15,7 +15,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 from hoptune.tasks._dead_letter import push_dead_letter
 from hoptune.tasks._failures import TRANSIENT
 from hoptune.tasks._liveness import Heartbeat
-from hoptune.tasks._messages import BadMessage, Dispatch, parse_hop
+from hoptune.tasks._messages import BadMessage, Dispatch, parse_cohort, parse_hop
 from hoptune.tasks._runtime import parse_shard_spec, runtime
 from hoptune.tasks._sweeper import sweep
 from hoptune.tasks._workers import WorkerInfoStep, publish_worker_info
@@ -28,8 +28,8 @@ __all__ = ["app", "send"]
 # The tasks' bodies import what trains (torch, the workflow) when they run, and a
 # worker imports it all as it starts (``_start_training_process``): a command that
 # only sends messages with this app never imports torch.
-_TRAINING_MODULES = ("hoptune.tasks._hop", "hoptune.tasks._workflow", "hoptune.tasks._nightly",
-                     "hoptune.tasks._promotion")
+_TRAINING_MODULES = ("hoptune.tasks._hop", "hoptune.tasks._cohort_hop", "hoptune.tasks._workflow",
+                     "hoptune.tasks._nightly", "hoptune.tasks._promotion")
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +62,52 @@ def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {"trained": False, "skipped": f"set aside: {exc}"}
 
     rt = runtime()
-
-    def progress(report: HopReport) -> None:
-        info = publish_worker_info(rt)  # a kernel's path may have changed in this hop
-        self.send_event("task-progress", region=message.region, study=message.study,
-                        trial=message.trial, epoch=message.epoch, shard=report.shard,
-                        loss=report.loss, samples=report.samples,
-                        samples_per_s=report.samples / report.train_seconds
-                        if report.train_seconds else None,
-                        device=info["device_name"], kernels=info["kernel_summary"])
-
+    progress = _progress(self, rt, message.region, message.study)
     report = run_hop(rt, message.trial, message.epoch, message.position, on_progress=progress)
     send(hand_on(rt, report), self.app)
     if report.retry:  # failed once with an error that may not repeat: once more, later
         raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
     return {"trained": report.trained, "loss": report.loss, "skipped": report.skipped}
+
+
+def _progress(task: Task, rt: Any, region: str, study: int) -> Any:
+    """The progress event of each trained hop (Flower shows it), for ``run_hop``."""
+
+    def progress(report: HopReport) -> None:
+        info = publish_worker_info(rt)  # a kernel's path may have changed in this hop
+        task.send_event("task-progress", region=region, study=study, trial=report.trial_id,
+                        epoch=report.epoch, shard=report.shard,
+                        loss=report.loss, samples=report.samples,
+                        samples_per_s=report.samples / report.train_seconds
+                        if report.train_seconds else None,
+                        device=info["device_name"], kernels=info["kernel_summary"])
+
+    return progress
+
+
+@app.task(name="hoptune.cohort_hop", bind=True, acks_late=True, reject_on_worker_lost=True,
+          autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60, max_retries=10)
+def cohort_hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Train several trials once over one shard as one fused model, then hand each on."""
+    from hoptune.tasks._cohort_hop import hand_on_cohort, run_cohort_hop
+
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    try:
+        if args:
+            raise BadMessage(f"cohort hop takes keyword arguments only, got {len(args)} "
+                             f"positional")
+        message = parse_cohort(kwargs, queue)
+    except BadMessage as exc:
+        set_aside(self.app, queue or "?", str(exc), json.dumps([args, kwargs], default=repr))
+        return {"trained": [], "skipped": f"set aside: {exc}"}
+    rt = runtime()
+    reports = run_cohort_hop(rt, message.trials, message.epoch, message.position, message.shard,
+                             on_progress=_progress(self, rt, message.region, message.study))
+    send(hand_on_cohort(rt, reports), self.app)
+    if any(r.retry for r in reports):  # a member failed once: the message once more, later
+        raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
+    return {"trained": [r.trial_id for r in reports if r.trained],
+            "skipped": {str(r.trial_id): r.skipped for r in reports if r.skipped}}
 
 
 #: The pause before a hop whose delivery failed once is tried again.

@@ -35,9 +35,9 @@ from hoptune.regions import (
     Unfusable,
     fuse,
     get_family,
-    iter_batches,
     log_unfused,
 )
+from hoptune.regions._tensors import iter_stacked_batches
 from hoptune.tasks._training import TrainedPass, batch_generator, start_pass, train_pass
 
 __all__ = ["Member", "batch_generator", "train_cohort_pass"]
@@ -158,19 +158,20 @@ def train_cohort_pass(region: RegionConfig, members: Sequence[Member],
     fused, optimizer = fusion
     _load_states(fused, optimizer, members)
     started = time.perf_counter()
-    streams = [iter_batches(data, s.batch_size, batch_generator(m.seed, epoch, shard))
-               for m, s in zip(members, settings, strict=True)]
+    # row i of every batch is member i's own batch, gathered for all members at once
+    batches = iter_stacked_batches(data, settings[0].batch_size,
+                                   [batch_generator(m.seed, epoch, shard) for m in members])
     device = next(iter(data.values())).device
     totals = torch.zeros(len(members), dtype=torch.float64, device=device)
     samples = 0
-    for batches in zip(*streams, strict=True):
-        batch = {k: torch.stack([b[k] for b in batches]) for k in batches[0]}
-        for p in fused.parameters():
+    params = fused.parameters()
+    for batch in batches:
+        for p in params:
             p.grad = None
         losses = fused.losses(batch)
         losses.sum().backward()  # d(sum)/d(loss_i) = 1: each trial gets its own gradient
         optimizer.step()
-        n = len(next(iter(batches[0].values())))
+        n = next(iter(batch.values())).shape[1]
         totals += losses.detach().double() * n
         samples += n
     fused.write_back([m.model for m in members])

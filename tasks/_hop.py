@@ -35,10 +35,17 @@ from hoptune.tasks._failures import TRANSIENT, describe
 from hoptune.tasks._liveness import live_after
 from hoptune.tasks._messages import Dispatch, hop_dispatch, tune_step_dispatch
 from hoptune.tasks._runtime import Runtime, region_of, study_manifest
-from hoptune.tasks._training import build_trial_model, make_trial_optimizer, train_pass
+from hoptune.tasks._training import (
+    TrainedPass,
+    build_trial_model,
+    make_trial_optimizer,
+    train_pass,
+)
 from hoptune.tuner import ACTIVE_STATES, utcnow
 
-__all__ = ["EpochEnd", "HopReport", "run_hop", "restore_trial", "model_at"]
+__all__ = ["BuildFailed", "Claimed", "EpochEnd", "HopReport", "claim", "finish", "model_at",
+           "readable", "release", "restore", "restore_trial", "run_hop", "save",
+           "train_alone"]
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +125,21 @@ def model_at(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: di
     return model, checkpoint
 
 
+@dataclass
+class Claimed:
+    """A delivery that holds its hop (or found it done): what the rest of the hop needs."""
+
+    region: RegionConfig
+    study: dict[str, Any]
+    trial: dict[str, Any]
+    record: dict[str, Any]
+    report: HopReport
+    claim: str  # "claimed" or "done"
+    hop: dict[str, Any]
+    place: int | None = None  # the shard the next hop must take (a cohort's), if unvisited
+    in_pass: bool = False  # a cohort's shared pass trained it (or failed) in this delivery
+
+
 def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
             on_progress: Callable[[HopReport], None] | None = None) -> HopReport:
     """Run one delivery of hop (trial, epoch, position) on this worker.
@@ -129,6 +151,17 @@ def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
     with its reason, any other is retried once (``report.retry``). An input
     checkpoint that cannot be read is set aside and the hop that wrote it runs again.
     """
+    claimed = claim(rt, trial_id, epoch, position)
+    if isinstance(claimed, HopReport):
+        return claimed
+    return finish(rt, claimed, on_progress)
+
+
+def claim(rt: Runtime, trial_id: int, epoch: int, position: int, shard: int | None = None
+          ) -> Claimed | HopReport:
+    """Claim hop (trial, epoch, position) for this worker, or the final report of a delivery
+    that may not train it. With ``shard`` (a cohort's), a hop recorded on another shard is
+    not claimed: the report sends its own message to its own shard."""
     db = rt.db
     trial = db.trial(trial_id)
     study = db.study(trial["study_id"])
@@ -138,40 +171,61 @@ def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
         report.skipped = f"trial {trial_id} has no epoch {epoch} position {position} recorded"
         return report
     order = record["visit_order"]
-    report.shard = shard = order[position]
+    report.shard = order[position]
     if trial["state"] not in ACTIVE_STATES:
         report.skipped = f"trial is {trial['state']}"
         return report
     region = region_of(study)
-    claim, hop = db.claim_hop(trial_id, epoch, position, shard, worker=rt.worker,
-                              holder=rt.holder, live_after=live_after())
-    if claim == "held":
+    if shard is not None and report.shard != shard:
+        report.skipped = f"recorded on shard {report.shard}, not {shard}: sent there"
+        report.dispatch.append(hop_dispatch(region.name, study["id"], trial_id, epoch, position,
+                                            report.shard))
+        return report
+    outcome, hop = db.claim_hop(trial_id, epoch, position, report.shard, worker=rt.worker,
+                                holder=rt.holder, live_after=live_after())
+    if outcome == "held":
         report.skipped = f"held by {hop['worker']}, which is alive"
         log.info("hop %s: %s", hop["id"], report.skipped)
         return report
-    if claim == "claimed" and hop["interrupted"] > region.max_redeliveries:
-        reason = (f"hop epoch {epoch} position {position} (shard {shard}) was interrupted "
-                  f"{hop['interrupted']} times (max_redeliveries={region.max_redeliveries}); "
+    if outcome == "claimed" and hop["interrupted"] > region.max_redeliveries:
+        reason = (f"hop epoch {epoch} position {position} (shard {report.shard}) was "
+                  f"interrupted {hop['interrupted']} times "
+                  f"(max_redeliveries={region.max_redeliveries}); "
                   f"last on worker {hop['previous_worker']}")
         return _fail_trial(rt, study, trial, report, reason)
+    return Claimed(region, study, trial, record, report, outcome, hop)
 
+
+#: How a claimed hop trains: (runtime, claimed, manifest, checkpoint key) -> its model.
+Train = Callable[[Runtime, Claimed, dict[str, Any], str], torch.nn.Module]
+
+
+def finish(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], None] | None = None,
+           train: Train | None = None) -> HopReport:
+    """The rest of a claimed delivery: train (``train``, default one hop alone), record, hand
+    on. Whatever escapes gives the hop back, so it never stays held by a live worker."""
     try:
-        return _after_claim(rt, region, study, trial, record, report, claim, hop, on_progress)
+        return _after_claim(rt, c, on_progress, train or train_alone)
     except BaseException:
-        if claim == "claimed":  # whatever escaped, the hop must not stay held by a live worker
-            try:
-                db.release_hop(trial_id, epoch, position, holder=rt.holder)
-            except Exception:  # noqa: BLE001 - the sweeper frees it once this worker is gone
-                log.warning("hop %d: could not give it back", hop["id"], exc_info=True)
+        if c.claim == "claimed":
+            release(rt, c)
         raise
 
 
-def _after_claim(rt: Runtime, region: RegionConfig, study: dict[str, Any],
-                 trial: dict[str, Any], record: dict[str, Any], report: HopReport, claim: str,
-                 hop: dict[str, Any], on_progress: Callable[[HopReport], None] | None
-                 ) -> HopReport:
+def release(rt: Runtime, c: Claimed) -> None:
+    """Give a claimed hop back to the queue (best effort: the sweeper frees it otherwise)."""
+    try:
+        rt.db.release_hop(c.trial["id"], c.report.epoch, c.report.position, holder=rt.holder)
+    except Exception:  # noqa: BLE001 - the sweeper frees it once this worker is gone
+        log.warning("hop %d: could not give it back", c.hop["id"], exc_info=True)
+
+
+def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], None] | None,
+                 train: Train) -> HopReport:
     """The rest of a delivery once its claim is decided: train, record, hand on."""
     db, store = rt.db, rt.store
+    region, study, trial, record, report, claim, hop = (
+        c.region, c.study, c.trial, c.record, c.report, c.claim, c.hop)
     trial_id, epoch, position, shard = trial["id"], report.epoch, report.position, report.shard
     order = record["visit_order"]
     key = checkpoint_key(study["id"], trial_id, epoch, position)
@@ -190,20 +244,19 @@ def _after_claim(rt: Runtime, region: RegionConfig, study: dict[str, Any],
                     return _rewind(rt, region, study, trial, report, exc, at=(epoch, position))
             report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)
         return report
-    done = _readable(store, key)
+    done = None if c.in_pass else readable(store, key)
     if done is not None:  # trained and saved, but its worker died before recording it
         report.skipped = "output checkpoint exists"
         report.samples, report.loss = done.samples, done.loss
     else:
         try:
-            model, report = _train(rt, region, study, trial, epoch, position, manifest, report,
-                                   key)
+            model = train(rt, c, manifest, key)
         except CheckpointError as exc:
             return _rewind(rt, region, study, trial, report, exc)
         except TRANSIENT:
             db.release_hop(trial_id, epoch, position, holder=rt.holder)
             raise
-        except _BuildFailed as exc:
+        except BuildFailed as exc:
             db.release_hop(trial_id, epoch, position, holder=rt.holder, error=exc.reason)
             return _fail_trial(rt, study, trial, report, f"model could not be built: "
                                                          f"{exc.reason}")
@@ -229,7 +282,7 @@ def _after_claim(rt: Runtime, region: RegionConfig, study: dict[str, Any],
         figures.update(train_seconds=report.train_seconds, load_seconds=report.load_seconds,
                        save_seconds=report.save_seconds)
     queued = db.hand_on_hop(trial_id, epoch, position, region=region.name, shards=len(order),
-                            live_after=live_after(), **figures)
+                            live_after=live_after(), place=c.place, **figures)
     if report.trained:
         log.info("trained hop: trial %d epoch %d position %d shard %d on %s", trial_id, epoch,
                  position, shard, rt.holder)
@@ -243,7 +296,7 @@ def _after_claim(rt: Runtime, region: RegionConfig, study: dict[str, Any],
     return report
 
 
-class _BuildFailed(Exception):
+class BuildFailed(Exception):
     """The family could not build the trial's model: its params and seed fail every time."""
 
     def __init__(self, reason: str) -> None:
@@ -251,34 +304,50 @@ class _BuildFailed(Exception):
         self.reason = reason
 
 
-def _train(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict[str, Any],
-           epoch: int, position: int, manifest: dict[str, Any], report: HopReport, key: str
-           ) -> tuple[torch.nn.Module, HopReport]:
-    started = time.perf_counter()
+def restore(rt: Runtime, c: Claimed, manifest: dict[str, Any]
+            ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The model and optimizer hop ``c`` starts from; BuildFailed when the family cannot build
+    it (its params and seed fail every time)."""
     try:
-        model, optimizer = restore_trial(rt, region, study, trial, epoch, position,
-                                         manifest["meta"])
+        return restore_trial(rt, c.region, c.study, c.trial, c.report.epoch, c.report.position,
+                             manifest["meta"])
     except (CheckpointError, *TRANSIENT):
         raise
     except Exception as exc:  # noqa: BLE001 - the user's model factory may raise anything
-        log.exception("trial %d: building its model failed", trial["id"])
-        raise _BuildFailed(describe(exc)) from exc
+        log.exception("trial %d: building its model failed", c.trial["id"])
+        raise BuildFailed(describe(exc)) from exc
+
+
+def train_alone(rt: Runtime, c: Claimed, manifest: dict[str, Any], key: str
+                ) -> torch.nn.Module:
+    """Train claimed hop ``c`` by itself (the single hop's ``Train``) and save its output."""
+    report = c.report
+    started = time.perf_counter()
+    model, optimizer = restore(rt, c, manifest)
     data = rt.shard(manifest, report.shard)
     report.load_seconds = time.perf_counter() - started
-    trained = train_pass(region, model, optimizer, data, seed=trial["seed"], epoch=epoch,
-                         shard=report.shard, position=position, params=trial["params"])
+    trained = train_pass(c.region, model, optimizer, data, seed=c.trial["seed"],
+                         epoch=report.epoch, shard=report.shard, position=report.position,
+                         params=c.trial["params"])
+    save(rt, c, key, model, optimizer, trained)
+    return model
+
+
+def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
+         optimizer: torch.optim.Optimizer, trained: TrainedPass) -> None:
+    """Write the trained hop's checkpoint (and keep it in memory) and fill in its report."""
+    report = c.report
     report.trained = True
     report.samples, report.loss, report.train_seconds = (
         trained.samples, trained.loss, trained.seconds)
     started = time.perf_counter()
     checkpoint = Checkpoint(model=model.state_dict(), optimizer=optimizer.state_dict(),
                             samples=trained.samples, loss=trained.loss)
-    rt.latest.keep(trial["id"], key, save_checkpoint(rt.store, key, checkpoint), checkpoint)
+    rt.latest.keep(c.trial["id"], key, save_checkpoint(rt.store, key, checkpoint), checkpoint)
     report.save_seconds = time.perf_counter() - started
-    return model, report
 
 
-def _readable(store: Any, key: str) -> Checkpoint | None:
+def readable(store: Any, key: str) -> Checkpoint | None:
     """The checkpoint under ``key`` if it exists and reads whole; a damaged one is set aside."""
     if not store.exists(key):
         return None

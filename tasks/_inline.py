@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from hoptune.tasks._cohort_hop import hand_on_cohort, run_cohort_hop
 from hoptune.tasks._hop import HopReport, run_hop
 from hoptune.tasks._messages import Dispatch
 from hoptune.tasks._promotion import promote_study
@@ -35,6 +36,14 @@ def run_inline(rt: Runtime, dispatches: Iterable[Dispatch],
                 on_hop(report)
             queue.extend(hand_on(rt, report))
             if report.retry:
+                queue.append(d)
+        elif d.task == "hoptune.cohort_hop":
+            k = d.kwargs
+            reports = run_cohort_hop(rt, k["trials"], k["epoch"], k["position"], k["shard"])
+            for report in reports if on_hop is not None else ():
+                on_hop(report)
+            queue.extend(hand_on_cohort(rt, reports))
+            if any(r.retry for r in reports):
                 queue.append(d)
         elif d.task == "hoptune.tune_step":
             queue.extend(tune_step(rt, d.kwargs["study"]))

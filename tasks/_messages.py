@@ -10,18 +10,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CONTROL_QUEUE", "TASK_NAMES", "BadMessage", "Dispatch", "HopMessage", "hop_dispatch",
-           "hop_queue", "parse_hop", "promote_dispatch", "tune_step_dispatch"]
+__all__ = ["CONTROL_QUEUE", "MAX_COHORT", "TASK_NAMES", "BadMessage", "CohortMessage", "Dispatch",
+           "HopMessage", "cohort_dispatch", "hop_dispatch", "hop_queue", "parse_cohort",
+           "parse_hop", "promote_dispatch", "tune_step_dispatch"]
 
 # Workflow messages (tune steps, promotions, sweeps) go here; every worker consumes it.
 CONTROL_QUEUE = "hoptune.control"
 
 #: Every task a hoptune worker runs; a message naming another is set aside.
-TASK_NAMES = frozenset({"hoptune.hop", "hoptune.tune_step", "hoptune.promote",
+TASK_NAMES = frozenset({"hoptune.hop", "hoptune.cohort_hop", "hoptune.tune_step", "hoptune.promote",
                         "hoptune.nightly", "hoptune.sweep"})
 
 _HOP_FIELDS = {"region": str, "study": int, "trial": int, "epoch": int, "position": int,
                "shard": int}
+
+
+_COHORT_FIELDS = {"region": str, "study": int, "trials": list, "epoch": int, "position": int,
+                  "shard": int}
+#: The most trials one cohort message may name (``fuse`` is bounded by it too).
+MAX_COHORT = 64
 
 
 class BadMessage(ValueError):
@@ -66,6 +73,48 @@ def parse_hop(kwargs: dict[str, Any], queue: str | None) -> HopMessage:
 
 
 @dataclass(frozen=True)
+class CohortMessage:
+    """A cohort hop message: the same hop (epoch, position, shard) of several trials of one
+    study, to train as one fused model. Ids only, like a hop message."""
+
+    region: str
+    study: int
+    trials: tuple[int, ...]
+    epoch: int
+    position: int
+    shard: int
+
+
+def parse_cohort(kwargs: dict[str, Any], queue: str | None) -> CohortMessage:
+    """The cohort hop ``kwargs`` as received on ``queue``, checked as exactly as a hop's, or
+    ``BadMessage``: ``trials`` a list of 1 to MAX_COHORT distinct trial ids (ints >= 0)."""
+    unknown = sorted(set(kwargs) - set(_COHORT_FIELDS))
+    missing = sorted(set(_COHORT_FIELDS) - set(kwargs))
+    if unknown or missing:
+        raise BadMessage(f"cohort hop fields: unknown {unknown}, missing {missing}")
+    for name, kind in _COHORT_FIELDS.items():
+        value = kwargs[name]
+        if type(value) is not kind:
+            raise BadMessage(f"cohort hop field {name!r}: expected {kind.__name__}, "
+                             f"got {type(value).__name__} {value!r}")
+        if kind is int and value < 0:
+            raise BadMessage(f"cohort hop field {name!r}: must be >= 0, got {value}")
+    trials = kwargs["trials"]
+    if not 1 <= len(trials) <= MAX_COHORT:
+        raise BadMessage(f"cohort hop field 'trials': 1 to {MAX_COHORT} ids, got {len(trials)}")
+    for value in trials:
+        if type(value) is not int or value < 0:
+            raise BadMessage(f"cohort hop field 'trials': ids must be ints >= 0, got {value!r}")
+    if len(set(trials)) != len(trials):
+        raise BadMessage(f"cohort hop field 'trials': a trial named twice in {trials}")
+    cohort = CohortMessage(**{**kwargs, "trials": tuple(trials)})
+    if queue is not None and queue != hop_queue(cohort.region, cohort.shard):
+        raise BadMessage(f"cohort hop of {hop_queue(cohort.region, cohort.shard)} received on "
+                         f"queue {queue}")
+    return cohort
+
+
+@dataclass(frozen=True)
 class Dispatch:
     """A message to send: task name, queue and JSON keyword arguments."""
 
@@ -86,6 +135,17 @@ def hop_dispatch(region: str, study_id: int, trial_id: int, epoch: int, position
         task="hoptune.hop",
         queue=hop_queue(region, shard),
         kwargs={"region": region, "study": study_id, "trial": trial_id, "epoch": epoch,
+                "position": position, "shard": shard},
+    )
+
+
+def cohort_dispatch(region: str, study_id: int, trial_ids: list[int], epoch: int,
+                    position: int, shard: int) -> Dispatch:
+    """The message for the same hop of several trials, trained as one cohort."""
+    return Dispatch(
+        task="hoptune.cohort_hop",
+        queue=hop_queue(region, shard),
+        kwargs={"region": region, "study": study_id, "trials": list(trial_ids), "epoch": epoch,
                 "position": position, "shard": shard},
     )
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from celery import Celery
 
+from hoptune.tasks._cohort_forming import form_cohorts
 from hoptune.tasks._liveness import live_after
 from hoptune.tasks._messages import (
     Dispatch,
@@ -115,7 +116,7 @@ def sweep(rt: Runtime, app: Celery | None = None, study_id: int | None = None, *
     if app is not None:
         _take_over(rt, app, [h for h in waiting
                              if h["queued_at"] < now - timedelta(seconds=takeover_seconds())])
-    return out
+    return form_cohorts(rt, out)  # hops a cohort lost go on together
 
 
 def _queue_lengths(app: Celery | None) -> Callable[[str], int]:

@@ -99,14 +99,16 @@ class WorkerInfoStep(bootsteps.StartStopStep):
 
 
 def describe_workers(app: Celery, timeout: float = 1.0) -> list[dict[str, Any]]:
-    """One row per worker that answers: node, device, kernels, shards, tasks run."""
+    """One row per worker that answers: node, device, kernels, shards, hop messages run (a
+    cohort's message counts once: one shard pass)."""
     stats = app.control.inspect(timeout=timeout).stats() or {}
     rows = []
     for node, reply in sorted(stats.items()):
         info = reply.get("hoptune") or {}
         rows.append({"worker": node, "device": info.get("device_name") or info.get("device"),
                      "kernels": info.get("kernel_summary"), "shards": info.get("shards"),
-                     "hops": (reply.get("total") or {}).get("hoptune.hop", 0)})
+                     "hops": sum((reply.get("total") or {}).get(task, 0)
+                                 for task in ("hoptune.hop", "hoptune.cohort_hop"))})
     return rows
 
 

@@ -17,6 +17,7 @@ import torch
 
 from hoptune.regions import RegionConfig, get_family, trial_settings
 from hoptune.tasks._checkpoint import checkpoint_key, keep_final
+from hoptune.tasks._cohort_forming import cohort_of, form_cohorts
 from hoptune.tasks._hop import HopReport, model_at
 from hoptune.tasks._liveness import live_after
 from hoptune.tasks._messages import Dispatch, hop_dispatch, promote_dispatch, tune_step_dispatch
@@ -27,6 +28,7 @@ from hoptune.tasks._visit_order import choose_visit_order
 from hoptune.tuner import (
     AshaPruner,
     first_shards,
+    placed_order,
     selected_epoch,
     told,
     trial_metric,
@@ -108,17 +110,29 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
     free = study["parallel"] - len(running)
     out: list[Dispatch] = []
     loads = db.shard_loads(region.name, live_after(), conn)
+    cohorts: dict[str, tuple[int, int]] = {}  # cohort -> its first shard, members so far
     for trial in pending[: max(free, 0)]:
-        order = first_shards([choose_visit_order(region.shards, trial["seed"], 0,
-                                                 others_positions(rt, study["id"], conn))],
-                             loads)[0]
+        tentative = choose_visit_order(region.shards, trial["seed"], 0,
+                                       others_positions(rt, study["id"], conn))
+        cohort = cohort_of(region, trial["params"])
+        joined = cohorts.get(cohort) if cohort is not None else None
+        if joined is not None and joined[1] < region.fuse:  # starts with its cohort
+            order = placed_order(tentative, 0, joined[0])
+            cohorts[cohort] = (joined[0], joined[1] + 1)
+        else:
+            order = first_shards([tentative], loads)[0]
+            if cohort is not None:
+                cohorts[cohort] = (order[0], 1)
         order, created = db.start_epoch(trial["id"], 0, order, conn)
         if created:
             out.append(hop_dispatch(region.name, study["id"], trial["id"], 0, 0, order[0]))
     if not running and not pending and len(trials) >= study["budget"]:
         if _finish_study(rt, conn, study, trials):
             out.append(promote_dispatch(study["id"]))
-    return out
+    if region.fuse < 2:
+        return out
+    return form_cohorts(rt, out, regions={study["id"]: region},
+                        params={t["id"]: t["params"] for t in trials})
 
 
 def best_trial(trials: list[dict[str, Any]], minimize: bool, select: str = "best"
@@ -157,8 +171,11 @@ def hand_on(rt: Runtime, report: HopReport) -> list[Dispatch]:
 
 def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
                  trial: dict[str, Any], epoch: int, model: torch.nn.Module | None,
-                 manifest: dict[str, Any]) -> list[Dispatch]:
+                 manifest: dict[str, Any], first_shard: int | None = None) -> list[Dispatch]:
     """Validate after an epoch's last hop; continue, prune or end the trial, once.
+
+    ``first_shard`` (a cohort's, chosen by a member that went on first) is where
+    the next epoch starts if the trial goes on; by default the placement chooses.
 
     The decision is one atomic step per (trial, epoch): a redelivered last hop
     finds it taken and changes nothing, so a copy never prunes a trial that
@@ -191,9 +208,11 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
         outcome = "pruned"
     else:
         outcome = "continue"
-        order = first_shards([choose_visit_order(region.shards, trial["seed"], epoch + 1,
-                                                 others_positions(rt, study["id"]))],
-                             db.shard_loads(region.name, live_after()), rt.holder)[0]
+        tentative = choose_visit_order(region.shards, trial["seed"], epoch + 1,
+                                       others_positions(rt, study["id"]))
+        order = (placed_order(tentative, 0, first_shard) if first_shard is not None else
+                 first_shards([tentative], db.shard_loads(region.name, live_after()),
+                              rt.holder)[0])
     decided = db.end_epoch(trial["id"], epoch, metric if math.isfinite(metric) else None,
                            minimize=minimize, outcome=outcome, failure=failure,
                            next_order=order)

@@ -509,7 +509,8 @@ class StudyDB:
         conn.execute(update(trials).where(trials.c.id == trial_id).values(updated_at=now))
 
     def hand_on_hop(self, trial_id: int, epoch: int, position: int, *, region: str,
-                    shards: int, live_after: datetime, **values: Any) -> int | None:
+                    shards: int, live_after: datetime, place: int | None = None,
+                    **values: Any) -> int | None:
         """Record a trained hop and place the epoch's next hop, in one transaction.
 
         The next shard is chosen among the epoch's unvisited shards by the
@@ -532,7 +533,9 @@ class StudyDB:
             order = list(conn.execute(select(epochs.c.visit_order).where(
                 epochs.c.trial_id == trial_id, epochs.c.epoch == epoch)).scalar_one())
             shard = order[following]
-            if choice:
+            if place is not None and place in order[following:]:
+                shard = place
+            elif choice:
                 shard = next_shard(order[following:], self.shard_loads(region, live_after, conn),
                                    shards, here)
             if shard != order[following]:

@@ -106,3 +106,32 @@ def test_a_worker_that_gives_up_exits_non_zero(workers, redis_server) -> None:
     redis_server.kill()  # and never back: the worker's retries run out
     assert worker.wait(120) == 1
     assert "Unrecoverable error" in workers.log("w0")
+
+
+COHORT = {"region": "north", "study": 1, "trials": [2, 3], "epoch": 0, "position": 0,
+          "shard": 0}
+
+
+def test_a_worker_sets_aside_every_bad_cohort_message(workers, redis_server) -> None:
+    worker = workers.start("w0", "north:0,north:1")
+    workers.wait_ready("w0")
+    client = redis_server.client()
+    app = redis_server.app()
+    app.send_task("hoptune.cohort_hop", kwargs={**COHORT, "trials": [2, 2]}, queue=QUEUE)
+    app.send_task("hoptune.cohort_hop", kwargs={**COHORT, "trials": [2, "3"]}, queue=QUEUE)
+    app.send_task("hoptune.cohort_hop", kwargs={**COHORT, "trials": 2}, queue=QUEUE)
+    app.send_task("hoptune.cohort_hop", kwargs={**COHORT, "shard": 1}, queue=QUEUE)
+    app.send_task("hoptune.cohort_hop", args=[1], kwargs=COHORT, queue=QUEUE)
+
+    entries = _wait_dead_letters(client, 5)
+    assert [e["reason"] for e in reversed(entries)] == [
+        "cohort hop field 'trials': a trial named twice in [2, 2]",
+        "cohort hop field 'trials': ids must be ints >= 0, got '3'",
+        "cohort hop field 'trials': expected list, got int 2",
+        "cohort hop of hop.north.1 received on queue hop.north.0",
+        "cohort hop takes keyword arguments only, got 1 positional",
+    ]
+    assert worker.poll() is None
+    log = workers.log("w0")
+    assert log.count(f"message on queue {QUEUE} set aside") == 5
+    assert "Training" not in log

@@ -150,6 +150,12 @@ BAD = [
         'optimizer = "adam"',
         "defaults.optimizer: must be one of fused_adamw, fused_sgd, adamw, sgd, got 'adam'",
     ),
+    ("parallel = 4", "parallel = 4\nfuse = 0",
+     "defaults.fuse: must be an integer from 1 to 64, got 0"),
+    ("parallel = 4", "parallel = 4\nfuse = 65",
+     "defaults.fuse: must be an integer from 1 to 64, got 65"),
+    ("parallel = 4", 'parallel = 4\nfuse = "8"',
+     "defaults.fuse: must be an integer from 1 to 64, got '8'"),
     (
         "max_redeliveries = 3",
         "max_redeliveries = -1",

@@ -67,3 +67,18 @@ def test_iter_batches_refuses_bad_input():
         list(iter_batches(data(), 0, torch.Generator()))
     with pytest.raises(ValueError, match="different lengths"):
         list(iter_batches({"a": torch.arange(3), "b": torch.arange(4)}, 2, torch.Generator()))
+
+
+def test_stacked_batches_hold_each_trials_own_batches_row_by_row() -> None:
+    from hoptune.regions._tensors import iter_batches, iter_stacked_batches
+
+    data = {"x": torch.arange(23.0).reshape(23, 1) * 1.5, "y": torch.arange(23)}
+    seeds = [4, 9, 1]
+    alone = [list(iter_batches(data, 5, torch.Generator().manual_seed(s))) for s in seeds]
+    stacked = list(iter_stacked_batches(data, 5, [torch.Generator().manual_seed(s)
+                                                  for s in seeds]))
+    assert len(stacked) == len(alone[0]) == 5  # the last batch holds the remainder: 3 rows
+    for j, batch in enumerate(stacked):
+        for i in range(len(seeds)):
+            for name in data:
+                assert torch.equal(batch[name][i], alone[i][j][name])

@@ -1,0 +1,285 @@
+"""Cohort hops through the hop path: claimed, recorded, handed on and replayed per trial.
+
+The error bound of every comparison here is zero, derived as in
+tests/tasks/test_cohort.py: a rating_mf cohort runs each trial's single-trial
+arithmetic (padding adds exact zeros, vmap keeps each trial's reductions and
+their order, the gradient of the summed losses reaches each trial with the
+factor 1.0, the cohort optimizers apply each trial's scalars elementwise), so
+a trial trained in a cohort is bitwise the trial trained alone: its weights,
+its recorded losses and its validation metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from hoptune.core import Store
+from hoptune.regions import get_family, ingest, load_config
+from hoptune.tasks import checkpoint_key, create_study, load_checkpoint, replay_trial
+from hoptune.tasks._cohort_hop import hand_on_cohort, run_cohort_hop
+from hoptune.tasks._inline import run_inline
+from hoptune.tasks._messages import (
+    BadMessage,
+    cohort_dispatch,
+    hop_dispatch,
+    parse_cohort,
+)
+from hoptune.tasks._runtime import region_of
+from hoptune.tasks._workflow import tune_step
+
+CONFIGS = [
+    {"lr": 0.05, "weight_decay": 0.0, "embedding_dim": 8},
+    {"lr": 0.01, "weight_decay": 0.1, "embedding_dim": 16},
+    {"lr": 0.2, "weight_decay": 0.01, "embedding_dim": 4},
+    {"lr": 0.03, "weight_decay": 0.05, "embedding_dim": 12},
+]
+
+
+def fused_config(path: Path, fuse: int) -> Path:
+    """The test configuration at ``path`` with ``fuse`` set for every region."""
+    path.write_text(path.read_text().replace("[defaults]\n", f"[defaults]\nfuse = {fuse}\n", 1))
+    return path
+
+
+def _setup(make_config, rt, fuse: int = 4, **kw):  # noqa: ANN001, ANN202
+    region = load_config(fused_config(make_config(**kw), fuse)).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    return region, manifest
+
+
+def assert_as_alone(rt, study: int) -> None:  # noqa: ANN001
+    """Every trial of ``study``: its last weights and every recorded epoch metric are
+    bitwise those of the trial replayed alone, in this process, in its recorded order."""
+    torch.set_num_threads(1)
+    study_row = rt.db.study(study)
+    region = region_of(study_row)
+    family = get_family(region)
+    validation = rt.validation(study_row["manifest"])
+    for trial in rt.db.trials(study):
+        epochs = [e for e in rt.db.epochs(trial["id"]) if e["finished_at"] is not None]
+        assert epochs, trial
+        for record in epochs:
+            weights = replay_trial(rt, trial["id"], epochs=record["epoch"] + 1)
+            model = family.build(trial["params"], study_row["manifest"]["meta"])
+            model.load_state_dict(weights)
+            assert float(family.evaluate(model, validation)) == record["metric"], (trial, record)
+        last = epochs[-1]["epoch"]
+        final = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], last,
+                                                         region.shards - 1)).model
+        replayed = replay_trial(rt, trial["id"], epochs=last + 1)
+        for name in final:
+            assert torch.equal(replayed[name], final[name]), (trial["id"], name)
+
+
+def test_a_cohort_message_is_parsed_as_strictly_as_a_hop() -> None:
+    good = cohort_dispatch("north", 1, [3, 4], 0, 1, 2)
+    assert good.task == "hoptune.cohort_hop" and good.queue == "hop.north.2"
+    message = parse_cohort(good.kwargs, "hop.north.2")
+    assert message.trials == (3, 4) and (message.epoch, message.position) == (0, 1)
+    bad = [
+        ({**good.kwargs, "trials": [3, 3]}, "named twice"),
+        ({**good.kwargs, "trials": []}, "1 to 64 ids"),
+        ({**good.kwargs, "trials": [3, True]}, "ints >= 0"),
+        ({**good.kwargs, "trials": [3, "4"]}, "ints >= 0"),
+        ({**good.kwargs, "trials": "3,4"}, "expected list"),
+        ({**good.kwargs, "epoch": -1}, "must be >= 0"),
+        ({**good.kwargs, "trial": 3}, "unknown ['trial']"),
+        ({k: v for k, v in good.kwargs.items() if k != "shard"}, "missing ['shard']"),
+    ]
+    for kwargs, expected in bad:
+        with pytest.raises(BadMessage, match=expected.replace("[", r"\[").replace("]", r"\]")):
+            parse_cohort(kwargs, "hop.north.2")
+    with pytest.raises(BadMessage, match="received on queue hop.north.1"):
+        parse_cohort(good.kwargs, "hop.north.1")
+
+
+def test_new_trials_start_as_one_cohort_and_train_as_each_would_alone(make_config, rt) -> None:
+    region, manifest = _setup(make_config, rt, fuse=4, shards=3, epochs=2, parallel=4)
+    study = create_study(rt, region, manifest=manifest, configs=CONFIGS)
+    first = tune_step(rt, study)
+    assert [d.task for d in first] == ["hoptune.cohort_hop"]
+    ran: list[str] = []
+    run_inline(rt, first, on_hop=lambda r: ran.append(r.skipped or "trained"))
+    assert ran.count("trained") == 4 * 3 * 2
+    trials = rt.db.trials(study)
+    assert [t["state"] for t in trials] == ["done"] * 4
+    # one cohort: every hop of the four trials took the same shard, as one pass
+    by_hop = defaultdict(list)
+    for trial in trials:
+        for hop in rt.db.hops(trial["id"]):
+            by_hop[hop["epoch"], hop["position"]].append(hop)
+    assert len(by_hop) == 2 * 3
+    for hops in by_hop.values():
+        assert len({h["shard"] for h in hops}) == 1
+        assert len({h["train_seconds"] for h in hops}) == 1  # the fused pass's seconds
+    assert_as_alone(rt, study)
+
+
+def test_fuse_one_keeps_every_hop_single(make_config, rt) -> None:
+    region, manifest = _setup(make_config, rt, fuse=1, parallel=4)
+    study = create_study(rt, region, manifest=manifest, configs=CONFIGS)
+    first = tune_step(rt, study)
+    assert [d.task for d in first] == ["hoptune.hop"] * 4
+
+
+def test_a_redelivered_cohort_trains_no_member_twice(make_config, rt) -> None:
+    region, manifest = _setup(make_config, rt, fuse=4, shards=2, epochs=1, parallel=4)
+    study = create_study(rt, region, manifest=manifest, configs=CONFIGS[:3])
+    (message,) = tune_step(rt, study)
+    k = message.kwargs
+    reports = run_cohort_hop(rt, k["trials"], 0, 0, k["shard"])
+    assert [r.trained for r in reports] == [True] * 3
+    sent = hand_on_cohort(rt, reports)
+    assert [d.task for d in sent] == ["hoptune.cohort_hop"]  # one shared next shard
+    again = run_cohort_hop(rt, k["trials"], 0, 0, k["shard"])
+    assert [r.trained for r in again] == [False] * 3
+    assert {r.skipped for r in again} == {"output checkpoint exists"}
+    assert hand_on_cohort(rt, again) == sent  # the successors still wait: the same message
+    run_inline(rt, sent)
+    for trial in rt.db.trials(study):
+        assert trial["state"] == "done"
+        assert [h["deliveries"] for h in rt.db.hops(trial["id"])] == [2, 1]
+    assert_as_alone(rt, study)
+
+
+def test_a_member_no_longer_running_drops_out_and_the_others_are_unchanged(make_config,
+                                                                          rt) -> None:
+    region, manifest = _setup(make_config, rt, fuse=4, shards=2, epochs=2, parallel=4)
+    study = create_study(rt, region, manifest=manifest, configs=CONFIGS)
+    (message,) = tune_step(rt, study)
+    k = message.kwargs
+    reports = run_cohort_hop(rt, k["trials"], 0, 0, k["shard"])
+    gone = k["trials"][1]
+    assert rt.db.end_trial(gone, "pruned")
+    run_inline(rt, hand_on_cohort(rt, reports))
+    states = {t["id"]: t["state"] for t in rt.db.trials(study)}
+    assert states == {t: ("pruned" if t == gone else "done") for t in k["trials"]}
+    # its next hop was queued with the cohort's before it ended, and never trained
+    assert [h["state"] for h in rt.db.hops(gone)] == ["done", "queued"]
+    torch.set_num_threads(1)
+    for trial in rt.db.trials(study):
+        if trial["id"] == gone:
+            continue
+        final = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], 1, 1)).model
+        replayed = replay_trial(rt, trial["id"])
+        for name in final:
+            assert torch.equal(replayed[name], final[name]), name
+
+
+def test_a_member_recorded_on_another_shard_is_sent_there(make_config, rt) -> None:
+    region, manifest = _setup(make_config, rt, fuse=4, shards=2, epochs=1, parallel=4)
+    study = create_study(rt, region, manifest=manifest, configs=CONFIGS[:2])
+    (message,) = tune_step(rt, study)
+    k = message.kwargs
+    other = 1 - k["shard"]
+    reports = run_cohort_hop(rt, k["trials"], 0, 0, other)
+    assert not any(r.trained for r in reports)
+    assert [d for r in reports for d in r.dispatch] == [
+        hop_dispatch("north", study, t, 0, 0, k["shard"]) for t in k["trials"]]
+
+
+TABULAR = """
+[defaults]
+shards = 2
+epochs = 2
+batch_size = 32
+seed = 3
+parallel = 3
+fuse = 3
+optimizer = "fused_adamw"
+
+[regions.north]
+data = "data/north.csv"
+family = "tests.tasks.cohort_factory:{factory}"
+task = "regression"
+metric = "rmse"
+columns = {{ features = ["a", "b", "c"], label = "y" }}
+"""
+
+
+def _tabular(home: Path, factory: str) -> Path:
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(400, 3, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.1 * torch.randn(400, generator=g)
+    (home / "data").mkdir(exist_ok=True)
+    lines = ["a,b,c,y"] + [",".join(f"{v:.6f}" for v in (*row.tolist(), t))
+                           for row, t in zip(x, y.tolist(), strict=True)]
+    (home / "data" / "north.csv").write_text("\n".join(lines) + "\n")
+    (home / "hoptune.toml").write_text(TABULAR.format(factory=factory))
+    return home / "hoptune.toml"
+
+
+def test_a_factory_vmap_cannot_run_trains_unfused_through_the_hop_path(home, rt, caplog,
+                                                                        monkeypatch) -> None:
+    from hoptune.regions import _fusion
+
+    monkeypatch.setattr(_fusion, "_logged", set())  # "once" is once per worker process
+    region = load_config(_tabular(home, "itemizing")).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = create_study(rt, region, manifest=manifest,
+                         configs=[{"lr": 0.01}, {"lr": 0.1, "weight_decay": 0.1},
+                                  {"lr": 0.03}])
+    first = tune_step(rt, study)
+    assert [d.task for d in first] == ["hoptune.cohort_hop"]  # it may fuse, by its key
+    with caplog.at_level(logging.WARNING, logger="hoptune.regions._fusion"):
+        run_inline(rt, first)
+    unfused = [r.getMessage() for r in caplog.records if "unfused" in r.getMessage()]
+    assert len(unfused) == 1, unfused  # logged once for all its cohort passes
+    assert "torch.func.vmap cannot run its forward" in unfused[0]
+    assert "cohort_factory:itemizing" in unfused[0]
+    trials = rt.db.trials(study)
+    assert [t["state"] for t in trials] == ["done"] * 3
+    assert all(math.isfinite(t["last_metric"]) for t in trials)
+    torch.set_num_threads(1)
+    for trial in trials:
+        final = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], 1, 1)).model
+        replayed = replay_trial(rt, trial["id"])
+        for name in final:
+            assert torch.equal(replayed[name], final[name]), name
+
+
+@pytest.mark.integration
+def test_a_cohort_across_two_workers_trains_each_trial_as_alone_and_asha_shrinks_it(
+        make_config, rt, cluster) -> None:
+    """Four proposed trials (different lr, weight decay, embedding size) start as one
+    cohort on two real workers; ASHA prunes some mid-way and the cohort goes on smaller.
+    Every trial, pruned or not, is bitwise itself trained alone in its recorded order."""
+    from hoptune.tasks import app
+    from hoptune.tasks._driver import follow, start_studies
+
+    path = make_config(shards=2, epochs=3, trials=4, parallel=4)
+    path.write_text(path.read_text().replace(
+        'embedding_dim = { type = "int", low = 4, high = 16 }',
+        'embedding_dim = { type = "int", low = 4, high = 16 }\n'
+        'weight_decay = { type = "real", low = 0.0, high = 0.1 }'))
+    region = load_config(fused_config(path, 4)).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    cluster({"north": 2}, workers=2)
+    study = create_study(rt, region, manifest=manifest)
+    start_studies(app, [study])
+    follow(rt, app, [study], progress=False, timeout=300)
+
+    assert rt.db.study(study)["state"] == "done"
+    trials = rt.db.trials(study)
+    assert len(trials) == 4
+    for name in ("lr", "weight_decay", "embedding_dim"):
+        assert len({t["params"][name] for t in trials}) == 4, name
+    pruned = [t for t in trials if t["state"] == "pruned"]
+    assert pruned and all(t["epochs_done"] < 3 for t in pruned)
+    assert any(t["state"] == "done" and t["epochs_done"] == 3 for t in trials)
+    by_hop = defaultdict(list)
+    for trial in trials:
+        for hop in rt.db.hops(trial["id"]):
+            if hop["state"] == "done":
+                by_hop[hop["epoch"], hop["position"]].append(hop)
+    assert len(by_hop[0, 0]) == 4
+    for hops in by_hop.values():  # the cohort, however small, trained as one pass
+        assert len({(h["shard"], h["worker"], h["train_seconds"]) for h in hops}) == 1, hops
+    assert len({h["worker"] for hops in by_hop.values() for h in hops}) == 2
+    assert_as_alone(rt, study)
