@@ -48,6 +48,7 @@ _NAMES = {
     "write_demo": "hoptune.regions._synthetic",
     "write_ratings": "hoptune.regions._synthetic",
     "iter_batches": "hoptune.regions._tensors",
+    "iter_stacked_batches": "hoptune.regions._tensors",
     "load_shard": "hoptune.regions._tensors",
     "load_validation": "hoptune.regions._tensors",
 }
@@ -78,6 +79,7 @@ __all__ = [
     "fuse",
     "get_family",
     "ingest",
+    "iter_stacked_batches",
     "iter_batches",
     "load_config",
     "load_id_maps",

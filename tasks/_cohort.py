@@ -35,9 +35,9 @@ from hoptune.regions import (
     Unfusable,
     fuse,
     get_family,
+    iter_stacked_batches,
     log_unfused,
 )
-from hoptune.regions._tensors import iter_stacked_batches
 from hoptune.tasks._training import TrainedPass, batch_generator, start_pass, train_pass
 
 __all__ = ["Member", "batch_generator", "train_cohort_pass"]
