@@ -233,6 +233,8 @@ class Planner:
         return owners
 
     def plan(self, workers: Workers) -> Plan:
+        if not self.inputs:
+            raise StudyError("nothing to plan: no region")
         spread = max(i.cost.spread for i in self.inputs)
         mid = self._run(workers)
         low, high = self._run(workers, max(0.0, 1.0 - spread)), self._run(workers, 1.0 + spread)
@@ -330,6 +332,9 @@ def nightly_plan(rt: Runtime, config: Config, regions: list[str], run_id: int,
     made (no recorded hops yet) is logged and the run goes on.
     """
     deadline = rt.settings.nightly_deadline
+    if not regions:  # its studies all ended already (a worker's sweep may start them first)
+        log.info("nightly run %d: no plan: no region is still running", run_id)
+        return None
     try:
         planner = Planner(rt, config, regions)
         p = planner.plan(workers or planner.owners(live_owners(rt.db, regions)))

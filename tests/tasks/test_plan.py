@@ -114,6 +114,22 @@ def test_a_nightly_run_logs_its_plan_and_warns_at_once_of_a_miss(
         assert misses[0].startswith(f"nightly run {run_id}: predicted to miss its deadline")
 
 
+def test_a_night_whose_studies_all_ended_before_its_plan_logs_no_plan(finished, rt, caplog
+                                                                      ) -> None:
+    """A worker's sweep may start a night's studies, and tiny ones end, before the command
+    that recorded them gets to plan: nothing is left to plan, and the night goes on."""
+    from hoptune.core import StudyError
+    from hoptune.tasks._plan import nightly_plan
+
+    config = load_config(finished)
+    with caplog.at_level("INFO", logger="hoptune.tasks._plan"):
+        assert nightly_plan(rt, config, [], run_id=7) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "nightly run 7: no plan: no region is still running"]
+    with pytest.raises(StudyError, match="nothing to plan"):
+        Planner(rt, config, []).plan(1)
+
+
 def test_a_bad_nightly_deadline_names_the_variable() -> None:
     from hoptune.core import Settings
 
