@@ -37,6 +37,17 @@ def load_validation(store: Store, manifest: dict[str, Any]) -> dict[str, torch.T
     return _load(store, manifest, manifest["files"]["validation"])
 
 
+def _rows(data: dict[str, torch.Tensor], batch_size: int) -> tuple[int, torch.device]:
+    """The rows of ``data`` (every tensor as long) and where they live; checks the arguments."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    sizes = {len(tensor) for tensor in data.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"tensors of different lengths: {sorted(sizes)}")
+    (rows,) = sizes
+    return rows, next(iter(data.values())).device
+
+
 def iter_batches(
     data: dict[str, torch.Tensor], batch_size: int, generator: torch.Generator
 ) -> Iterator[dict[str, torch.Tensor]]:
@@ -47,13 +58,7 @@ def iter_batches(
     (the same on every device) and copied to the data's device once, so each
     batch is gathered where the data lives, with no copy from the host per batch.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    sizes = {len(tensor) for tensor in data.values()}
-    if len(sizes) != 1:
-        raise ValueError(f"tensors of different lengths: {sorted(sizes)}")
-    (rows,) = sizes
-    device = next(iter(data.values())).device
+    rows, device = _rows(data, batch_size)
     order = torch.randperm(rows, generator=generator).to(device)
     for start in range(0, rows, batch_size):
         chosen = order[start : start + batch_size]
@@ -69,13 +74,7 @@ def iter_stacked_batches(
     Each trial's order is drawn as there; every step gathers all the trials' rows
     of a tensor with one index operation instead of one per trial.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    sizes = {len(tensor) for tensor in data.values()}
-    if len(sizes) != 1:
-        raise ValueError(f"tensors of different lengths: {sorted(sizes)}")
-    (rows,) = sizes
-    device = next(iter(data.values())).device
+    rows, device = _rows(data, batch_size)
     orders = torch.stack([torch.randperm(rows, generator=g) for g in generators]).to(device)
     for start in range(0, rows, batch_size):
         chosen = orders[:, start : start + batch_size]

@@ -47,6 +47,21 @@ class HopMessage:
     shard: int
 
 
+def _check_fields(kwargs: dict[str, Any], fields: dict[str, type], what: str) -> None:
+    """Every one of ``fields`` present with exactly its JSON type, no other, ints >= 0."""
+    unknown = sorted(set(kwargs) - set(fields))
+    missing = sorted(set(fields) - set(kwargs))
+    if unknown or missing:
+        raise BadMessage(f"{what} fields: unknown {unknown}, missing {missing}")
+    for name, kind in fields.items():
+        value = kwargs[name]
+        if type(value) is not kind:
+            raise BadMessage(f"{what} field {name!r}: expected {kind.__name__}, "
+                             f"got {type(value).__name__} {value!r}")
+        if kind is int and value < 0:
+            raise BadMessage(f"{what} field {name!r}: must be >= 0, got {value}")
+
+
 def parse_hop(kwargs: dict[str, Any], queue: str | None) -> HopMessage:
     """The hop ``kwargs`` as received on ``queue``, checked exactly, or ``BadMessage``.
 
@@ -55,17 +70,7 @@ def parse_hop(kwargs: dict[str, Any], queue: str | None) -> HopMessage:
     those of the queue it came from, so a misrouted copy never trains on a worker
     that does not own the shard.
     """
-    unknown = sorted(set(kwargs) - set(_HOP_FIELDS))
-    missing = sorted(set(_HOP_FIELDS) - set(kwargs))
-    if unknown or missing:
-        raise BadMessage(f"hop fields: unknown {unknown}, missing {missing}")
-    for name, kind in _HOP_FIELDS.items():
-        value = kwargs[name]
-        if type(value) is not kind:
-            raise BadMessage(f"hop field {name!r}: expected {kind.__name__}, "
-                             f"got {type(value).__name__} {value!r}")
-        if kind is int and value < 0:
-            raise BadMessage(f"hop field {name!r}: must be >= 0, got {value}")
+    _check_fields(kwargs, _HOP_FIELDS, "hop")
     hop = HopMessage(**kwargs)
     if queue is not None and queue != hop_queue(hop.region, hop.shard):
         raise BadMessage(f"hop of {hop_queue(hop.region, hop.shard)} received on queue {queue}")
@@ -88,17 +93,7 @@ class CohortMessage:
 def parse_cohort(kwargs: dict[str, Any], queue: str | None) -> CohortMessage:
     """The cohort hop ``kwargs`` as received on ``queue``, checked as exactly as a hop's, or
     ``BadMessage``: ``trials`` a list of 1 to MAX_COHORT distinct trial ids (ints >= 0)."""
-    unknown = sorted(set(kwargs) - set(_COHORT_FIELDS))
-    missing = sorted(set(_COHORT_FIELDS) - set(kwargs))
-    if unknown or missing:
-        raise BadMessage(f"cohort hop fields: unknown {unknown}, missing {missing}")
-    for name, kind in _COHORT_FIELDS.items():
-        value = kwargs[name]
-        if type(value) is not kind:
-            raise BadMessage(f"cohort hop field {name!r}: expected {kind.__name__}, "
-                             f"got {type(value).__name__} {value!r}")
-        if kind is int and value < 0:
-            raise BadMessage(f"cohort hop field {name!r}: must be >= 0, got {value}")
+    _check_fields(kwargs, _COHORT_FIELDS, "cohort hop")
     trials = kwargs["trials"]
     if not 1 <= len(trials) <= MAX_COHORT:
         raise BadMessage(f"cohort hop field 'trials': 1 to {MAX_COHORT} ids, got {len(trials)}")
