@@ -239,7 +239,7 @@ the bench runs, so its load average moves: before the runs {loads[0]}, before ea
 {", ".join(loads[1:])}; each run's load average after it is in the table.
 
 Each prediction is made before its run, from the hops recorded by the calibration studies
-(`hoptune plan --calibrate`: 4 one-epoch trials of the demo model, once per host class:
+(`hoptune plan --calibrate`: 8 one-epoch trials of the demo model, once per host class:
 1 and 2 local workers share this host's cores, so each count is its own class) and the
 runs before it, never by the run itself. Runs go through `hoptune nightly`'s path on fresh local
 workers (embedded Redis, SQLite), with the demo's synthetic ratings (2 shards a region);

@@ -25,7 +25,11 @@ from hoptune.tuner import fit_costs
 
 __all__ = ["CALIBRATION_TRIALS", "calibrate"]
 
-CALIBRATION_TRIALS = 4
+#: 8 one-epoch trials: 16 hops with the usual 2 shards. A host's speed drifts over seconds
+#: (on a shared 2-core host one pass of a fixed model took 0.21 to 0.37 s, its median
+#: 0.29 s, over a minute), so a cost fitted from a few seconds of hops can sit 15% off
+#: the host's mean; the fit's error falls with the square root of the hops it averages.
+CALIBRATION_TRIALS = 8
 
 
 def calibrate(settings: Settings, config: Config, name: str, *,

@@ -29,7 +29,7 @@ from hoptune.tasks._costs import parameter_count, recorded_observations
 from hoptune.tasks._history import median_gaps, pruned_share
 from hoptune.tasks._runtime import Runtime
 from hoptune.tasks._simulate import SimResult, SimStudy, hop_seconds_from, simulate
-from hoptune.tuner import AshaPruner, HopCost, fit_costs
+from hoptune.tuner import AshaPruner, HopCost, fit_costs, parse_space
 
 __all__ = ["Plan", "Planner", "format_plan", "live_owners", "most_workers", "nightly_plan", "plan",
            "progress", "workers_for"]
@@ -47,8 +47,8 @@ class _Inputs:
     region: RegionConfig
     rows: list[int]
     cost: HopCost
-    batch_size: int
-    parameters: int
+    batch_size: float  # the harmonic mean over the trials (see ``_sizes``)
+    parameters: float  # the mean over the trials
     budget: int  # trials to run, the ones in flight included
     parallel: int
     epochs: int
@@ -93,10 +93,32 @@ def _cost(region: RegionConfig, costs: dict[Any, HopCost], host: str | None = No
 
 def _sizes(region: RegionConfig, study: dict[str, Any], manifest: dict[str, Any]
            ) -> dict[str, Any]:
-    params = {**get_family(region).default_params, **region.params}
+    """The region's rows per shard, and the batch size and parameter count a hop's cost is
+    predicted with: those of the configured parameters, or, for a tuned region, their
+    expectation over the trials the study will run (``trial_sizes``)."""
+    default = {**get_family(region).default_params, **region.params}
+    trials = [default]
+    if region.space:
+        trials = [{**default, **p} for p in trial_sizes(region)]
+    batches = [int(p.get("batch_size", region.batch_size)) for p in trials]
     return {"rows": [int(r) for r in manifest["rows"]],
-            "batch_size": int(params.get("batch_size", region.batch_size)),
-            "parameters": parameter_count(study, params)}
+            # a hop's cost is linear in 1/batch size and in the parameter count: their means
+            # give the mean cost
+            "batch_size": len(batches) / sum(1 / b for b in batches),
+            "parameters": statistics.fmean(parameter_count(study, p) for p in trials)}
+
+
+def trial_sizes(region: RegionConfig, n: int | None = None) -> list[dict[str, Any]]:
+    """Params spread over the region's space as its study's trials are: the first ``n``
+    (default: its ``trials``) points of the scrambled Sobol' sequence of its seed, the
+    optimizer's initial design (the model's later proposals are unknown before the study;
+    this spread is the best guess of their sizes)."""
+    from scipy.stats import qmc
+
+    space = parse_space(region.space, f"regions.{region.name}.space")
+    n = region.trials if n is None else n
+    sobol = qmc.Sobol(len(space.dimensions), scramble=True, rng=region.seed % 2**63)
+    return space.from_unit(sobol.random_base2(max(1, (n - 1).bit_length()))[:n])
 
 
 def _inputs(rt: Runtime, region: RegionConfig, costs: dict[Any, HopCost],

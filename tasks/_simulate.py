@@ -46,7 +46,7 @@ from hoptune.tuner import AshaPruner, HopCost
 __all__ = ["SimResult", "SimStudy", "assign_shards", "hop_seconds_from", "simulate"]
 
 
-def hop_seconds_from(cost: HopCost, batch_size: int, parameters: int, scale: float = 1.0
+def hop_seconds_from(cost: HopCost, batch_size: float, parameters: float, scale: float = 1.0
                      ) -> Callable[[int], float]:
     """A hop's seconds by its rows, from a fitted cost (times ``scale``, for a range)."""
     return lambda rows: scale * cost.seconds(rows, batch_size, parameters)

@@ -65,7 +65,7 @@ class HopCost:
     error: float  # median absolute relative residual of the kept hops
     spread: float  # 90th percentile of the same
 
-    def seconds(self, rows: int, batch_size: int, parameters: int) -> float:
+    def seconds(self, rows: float, batch_size: float, parameters: float) -> float:
         return self.overhead + rows * (self.per_row + self.per_row_batch / batch_size
                                        + self.per_row_param * parameters)
 

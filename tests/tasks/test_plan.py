@@ -13,7 +13,9 @@ import pytest
 from hoptune.core import ConfigError, Store, parse_duration
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import create_study, run_inline, tune_step
-from hoptune.tasks._plan import Planner
+from hoptune.tasks._calibrate import CALIBRATION_TRIALS
+from hoptune.tasks._plan import Planner, trial_sizes
+from hoptune.tuner import default_initial_points, parse_space
 
 
 def hoptune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -49,6 +51,20 @@ def test_the_deadline_gets_the_fewest_workers_the_simulator_says_meet_it(finishe
     assert plan["wall_seconds"] == planner.wall(n)
     assert plan["low_seconds"] <= plan["wall_seconds"] <= plan["high_seconds"]
     assert plan["regions"] == ["north"] and plan["hops"] > 0
+
+
+def test_a_tuned_regions_hops_are_costed_at_its_trials_mean_size(finished, rt) -> None:
+    from hoptune.tasks._costs import parameter_count
+
+    region = load_config(finished).region("north")
+    study = rt.db.latest_study("north")
+    sizes = [{**region.params, **p} for p in trial_sizes(region)]
+    assert len(sizes) == region.trials and len({p["embedding_dim"] for p in sizes}) > 1
+    (inputs,) = Planner(rt, load_config(finished), ["north"]).inputs
+    expected = sum(parameter_count(study, p) for p in sizes) / len(sizes)
+    assert inputs.parameters == pytest.approx(expected, rel=1e-12)
+    assert inputs.parameters != parameter_count(study, region.params)  # not the defaults'
+    assert inputs.batch_size == region.batch_size  # not in the space: every trial's
 
 
 def test_a_deadline_no_worker_count_meets_is_one_line(finished, rt, home) -> None:
@@ -171,12 +187,18 @@ def test_calibration_records_the_hop_costs_a_plan_needs_and_is_never_promoted(
     # never a warm start nor the study a report shows
     assert rt.db.latest_study("north") is None
     assert rt.db.latest_study("north", kind=None)["id"] == study["id"]
-    # its trials spread over the space: a stratum of each dimension per trial
+    # its trials spread over the space (a stratum of each dimension per trial): the
+    # optimizer's initial design, the trials the planner costs a study's hops by
     trials = rt.db.trials(study["id"])
-    assert len(trials) == 4 and {t["state"] for t in trials} == {"done"}
-    assert len({t["params"]["embedding_dim"] for t in trials}) == 4
-    assert len({t["params"]["lr"] for t in trials}) == 4
-    assert rt.db.hops_done(study["id"]) == 4 * 2
+    n = CALIBRATION_TRIALS
+    assert len(trials) == n and {t["state"] for t in trials} == {"done"}
+    assert len({t["params"]["lr"] for t in trials}) == n
+    assert len({t["params"]["embedding_dim"] for t in trials}) > 1
+    region = load_config(path).region("north")
+    design = default_initial_points(parse_space(region.space, "space"))  # before the model
+    assert [{k: t["params"][k] for k in region.space} for t in trials[:design]] == \
+        trial_sizes(region, design)
+    assert rt.db.hops_done(study["id"]) == n * 2
 
     planned = hoptune("--config", str(path), "plan", "north", "--workers", "2", "--json",
                       cwd=home)
