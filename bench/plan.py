@@ -7,7 +7,8 @@ the demo model) records the hop costs; then each run, in turn:
 1. the planner predicts its wall time from the history recorded so far (the
    calibration and the runs before it, never the run itself), on the owners
    the local cluster will give its shards;
-2. the run starts its workers, waits until they answer, and runs the
+2. the run starts its workers, waits until they have warmed up (their imports
+   and shards loaded, as on a cluster that is up), and runs the
    regions' studies through ``hoptune nightly``'s own path (``start_nightly``,
    the real workers, Redis and SQLite); its wall time is from the first
    message sent to the last study's end, as the study database records it.
@@ -111,7 +112,8 @@ def _run(settings, config, workers: int, owners: dict) -> tuple[float, dict]:  #
 
     rt = Runtime(settings, worker="bench")
     shards = {r.name: r.shards for r in config.regions.values()}
-    with local_cluster(settings, shards, workers):
+    with local_cluster(settings, shards, workers) as cluster:
+        cluster.wait_warm(rt.db)  # a running cluster's steady state, what the plan predicts
         run_id, dispatches = start_nightly(rt, config, trigger="bench", workers=workers)
         started = utcnow()
         send(dispatches, app)
@@ -239,15 +241,15 @@ the bench runs, so its load average moves: before the runs {loads[0]}, before ea
 {", ".join(loads[1:])}; each run's load average after it is in the table.
 
 Each prediction is made before its run, from the hops recorded by the calibration studies
-(`hoptune plan --calibrate`: 8 one-epoch trials of the demo model, once per host class:
-1 and 2 local workers share this host's cores, so each count is its own class) and the
-runs before it, never by the run itself. Runs go through `hoptune nightly`'s path on fresh local
-workers (embedded Redis, SQLite), with the demo's synthetic ratings (2 shards a region);
-wall time is from the first message sent to the last study's end. Range: the cost
-model's spread (90th percentile of its relative residuals). "Replayed" is a diagnosis,
-not a prediction: the same simulation given the run's own hop costs and gaps, after it,
-to tell the schedule's error (replayed against measured) from the hop cost's drift
-(hop seconds predicted against measured).
+(`hoptune plan --calibrate`: 8 one-epoch trials of the demo model, once per host class: 1
+and 2 local workers share this host's cores, so each count is its own class) and the runs
+before it, never by the run itself. Runs go through `hoptune nightly`'s path on fresh local
+workers (embedded Redis, SQLite) once they have warmed up, as a running cluster's would be,
+with the demo's synthetic ratings (2 shards a region); wall time is from the first message
+sent to the last study's end. Range: the cost model's spread (90th percentile of its
+relative residuals). "Replayed" is a diagnosis, not a prediction: the same simulation given
+the run's own hop costs and gaps, after it, to tell the schedule's error (replayed against
+measured) from the hop cost's drift (hop seconds predicted against measured).
 
 {HEADER_ROW}
 {"| --- " * 8}|

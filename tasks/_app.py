@@ -198,14 +198,21 @@ def _start_training_process(**_: Any) -> None:
 
 
 def _warm_up(rt: Any, shards: list[tuple[str, int]]) -> None:
-    """Load what the first hop and the first ``tune_step`` need, in that order."""
-    import torch
+    """Load what the first hop and the first ``tune_step`` need, in that order; then say so
+    in the heartbeat row (``warm``), also when a part failed (its task reports it)."""
+    try:
+        import torch
 
-    # torch imports its compiler stack (seconds) on the first optimizer of a process
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
-    if shards:
-        rt.preload(shards)
-    importlib.import_module("hoptune.tuner._optimizer")  # scikit-optimize
+        # torch imports its compiler stack (seconds) on the first optimizer of a process
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+        if shards:
+            rt.preload(shards)
+        importlib.import_module("hoptune.tuner._optimizer")  # scikit-optimize
+    except Exception:  # noqa: BLE001 - a task that needs the part fails with the cause
+        log.warning("warm-up of %s stopped", rt.worker, exc_info=True)
+    finally:
+        if _heartbeat is not None:
+            _heartbeat.warm()
 
 
 _heartbeat: Heartbeat | None = None

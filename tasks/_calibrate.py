@@ -9,6 +9,11 @@ initial design (a scrambled Sobol' sequence: spread over the region's search
 space), so the batch sizes and model sizes the cost model separates vary; a
 region without a space trains its configured parameters.
 
+On its own local workers it first waits until they have warmed up: a fresh
+worker's first hop and first ``tune_step`` wait for what it loads in the
+background (about a second each on a 2-core host), which a running cluster,
+the one the planner predicts for, has long loaded.
+
 It is a study of kind ``calibration``: never promoted, never the warm start of
 a later study, not the study ``hoptune status`` ranks nor the one a report
 shows. A host class (``HOPTUNE_HOST_CLASS``, by default the host name: the
@@ -51,7 +56,9 @@ def calibrate(settings: Settings, config: Config, name: str, *,
            for k in fit_costs(recorded_observations(rt.db))):
         return None
     manifest = ingest(region, rt.store).manifest
-    with local_cluster(settings, {region.name: region.shards}, local_workers):
+    with local_cluster(settings, {region.name: region.shards}, local_workers) as cluster:
+        if cluster is not None:  # its own workers: record them warm, as a running cluster's
+            cluster.wait_warm(rt.db)
         # tuned over the space as any study is (its first tune_step included), with no
         # warm start: the optimizer's initial design spreads the trials over the space
         study_id = create_study(rt, region.model_copy(update={"epochs": 1}), manifest=manifest,

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from hoptune.core import Settings, StoreError
 from hoptune.tasks._device import local_devices, visible_gpus
@@ -82,6 +83,9 @@ class LocalCluster:
         self.names = [f"w{i}@{host}" for i in range(workers)]
 
     def start(self) -> LocalCluster:
+        from hoptune.tuner import utcnow
+
+        self.started = utcnow()
         for name, owned, device in zip(self.names, self.assignment, self.devices, strict=True):
             if not owned:
                 continue
@@ -108,6 +112,28 @@ class LocalCluster:
             if expected <= seen:
                 return
         raise StoreError(f"workers {sorted(expected - seen)} did not start within {timeout:.0f} s")
+
+    def wait_warm(self, db: Any, timeout: float = 120.0) -> None:
+        """Block until every worker's training process has warmed up (its heartbeat row says
+        ``warm``): what it loads in the background (torch's compiler stack, its shards,
+        scikit-optimize) is loaded, so its tasks take their steady-state time."""
+        from hoptune.tuner import WorkerRecords
+
+        expected = {n for n, owned in zip(self.names, self.assignment, strict=True) if owned}
+        deadline = time.monotonic() + timeout
+        warm: set[str] = set()
+        while time.monotonic() < deadline:
+            for p in self.processes:
+                if p.poll() is not None:
+                    raise StoreError(f"a worker exited with status {p.returncode} at start")
+            # this cluster's processes' rows: an earlier process of the same name started before
+            warm = {r["name"] for r in WorkerRecords(db).all()
+                    if (r["info"] or {}).get("warm") and r["started_at"] >= self.started}
+            if expected <= warm:
+                return
+            time.sleep(0.1)
+        raise StoreError(f"workers {sorted(expected - warm)} did not warm up within "
+                         f"{timeout:.0f} s")
 
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.processes)

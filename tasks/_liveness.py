@@ -71,7 +71,8 @@ class Heartbeat:
         # what the workers table (``hoptune status``, ``hoptune metrics``) shows of this process
         self.info: dict[str, object] = {
             "device": str(rt.device),
-            "host_class": host_class()}
+            "host_class": host_class(),
+            "warm": False}  # True once the warm-up thread has loaded what tasks need
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hoptune-heartbeat", daemon=True)
 
@@ -85,6 +86,14 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         self.records.retire(self.rt.holder)
+
+    def warm(self) -> None:
+        """Say at once that this process has warmed up (the next beats say it again)."""
+        self.info["warm"] = True
+        try:
+            self.records.beat(self.rt.holder, self.info)
+        except Exception:  # noqa: BLE001 - the next beat records it
+            log.warning("heartbeat of %s failed", self.rt.holder, exc_info=True)
 
     def _run(self) -> None:
         beat, every = heartbeat_seconds(), sweep_seconds()

@@ -12,14 +12,22 @@ always runs the policy the cluster runs.
 Workers consume the queues of the shards they own (replicas allowed), one hop
 at a time, the oldest waiting message first. A hop holds its worker for
 ``hop_seconds(rows)``; an epoch's last hop also validates (``validation``
-seconds); each message takes ``dispatch`` seconds from send to queue, and a
-trial's first one ``start`` seconds more (``tune_step`` recording it, the
-optimizer's proposal) from the moment its slot is free; a study's first trials
-wait ``head`` seconds instead (its first ``tune_step``, on a worker that may
-still be importing). For
+seconds); each message takes ``dispatch`` seconds from send to queue. A
+trial's end sends a ``tune_step`` to the control queue, which every worker
+consumes as the cluster's workers do: it waits its turn with the hops, the
+oldest message first, and holds the worker that takes it while the optimizer
+proposes and the new trials are recorded; the trials it starts then send their
+first hops. ``start`` is the seconds from a trial's end to its successor's first
+hop (the ``tune_step`` message, its work and the hop's message), so a
+``tune_step`` that starts a trial holds its worker ``start - 2 * dispatch``
+seconds (at least 0); one with no slot to fill (a slot another one filled, or
+the study's last, which records its end) only reads, in no time. A study's
+first trials wait ``head`` seconds instead (its first ``tune_step``, on a
+worker that may still be importing, with nothing else to do yet). For
 pruning each trial has a deterministic synthetic metric (its rank in a seeded
-shuffle, the same at every epoch), so ASHA keeps about one trial in
-``reduction_factor`` at each rung, as it would on metrics in random order;
+shuffle, the same at every epoch; ``draw`` picks the shuffle), so ASHA keeps
+about one trial in ``reduction_factor`` at each rung, as it would on metrics in
+random order;
 ``improving`` blends in a trend, later trials better (an optimizer that learns
 from the earlier ones), so fewer are pruned.
 
@@ -52,6 +60,9 @@ def hop_seconds_from(cost: HopCost, batch_size: float, parameters: float, scale:
     return lambda rows: scale * cost.seconds(rows, batch_size, parameters)
 
 
+_CONTROL = ("", -1)  # the control queue's key among the shards' queues
+
+
 @dataclass(frozen=True)
 class SimStudy:
     """One study to simulate: a region's shards and its tuning settings."""
@@ -71,6 +82,8 @@ class SimStudy:
     in_flight: Sequence[tuple[int, int]] = ()
     # 0: the seeded ranks, in random order; 1: every trial better than the one before
     improving: float = 0.0
+    # which random order of the ranks (one draw of many: a planner averages over draws)
+    draw: int = 0
 
     @property
     def shards(self) -> int:
@@ -124,7 +137,8 @@ class _Study:
 
 def _synthetic_metrics(spec: SimStudy) -> list[float]:
     ranks = list(range(spec.budget))
-    random.Random(f"simulate:{spec.seed}").shuffle(ranks)
+    random.Random(f"simulate:{spec.seed}" + (f":{spec.draw}" if spec.draw else "")
+                  ).shuffle(ranks)
     trend = range(spec.budget - 1, -1, -1) if spec.minimize else range(spec.budget)
     return [(1 - spec.improving) * r + spec.improving * t
             for r, t in zip(ranks, trend, strict=True)]
@@ -144,6 +158,8 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
     busy = dict.fromkeys(everyone, 0.0)
     idle = set(everyone)
     queued: dict[tuple[str, int], list[tuple[float, int, str, int]]] = {s: [] for s in owners}
+    queued[_CONTROL] = []  # tune_steps: (arrived, seq, region, -1), taken by any worker
+    hold = max(0.0, start - 2 * dispatch)  # a tune_step's work on its worker
     running: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)
     sent: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)  # on its way: queued already
     held: dict[str, int] = dict.fromkeys(everyone, 0)
@@ -203,11 +219,20 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
 
     def take(worker: str) -> None:
         mine = [s for s, o in owners.items() if worker in o and queued[s]]
+        if queued[_CONTROL]:
+            mine.append(_CONTROL)
         if not mine:
             idle.add(worker)
             return
         shard = min(mine, key=lambda s: queued[s][0][:2])
         _, _, region, trial = heapq.heappop(queued[shard])
+        idle.discard(worker)
+        if shard == _CONTROL:  # proposing takes its time; with no slot free it only reads
+            study = state[region]
+            free = (len(study.running) < study.spec.parallel
+                    and study.next_trial < study.spec.budget)
+            push(now + (hold if free else 0.0), "tune_step", (worker, region))
+            return
         study = state[region]
         t = study.running[trial]
         seconds = study.spec.hop_seconds(study.spec.rows[shard[1]])
@@ -215,7 +240,6 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
         if t.position == study.spec.shards - 1:
             seconds += validation
             totals["validation"] += validation
-        idle.discard(worker)
         running[shard] += 1
         held[worker] += 1
         busy[worker] += seconds
@@ -240,7 +264,8 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             return
         study.outcomes[outcome] = study.outcomes.get(outcome, 0) + 1
         del study.running[t.index]
-        start_trials(study, start)
+        totals["dispatch"] += dispatch
+        push(now + dispatch, "arrive", (spec.region, -1, _CONTROL[1]))  # its tune_step
 
     for study in state.values():
         resume_trials(study)
@@ -249,14 +274,20 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
         now, _, kind, payload = heapq.heappop(events)
         if kind == "arrive":
             region, trial, shard = payload
-            key = (region, shard)
-            sent[key] -= 1
+            key = (region, shard) if trial >= 0 else _CONTROL
+            if trial >= 0:
+                sent[key] -= 1
+                totals["backlog"] = max(totals["backlog"], len(queued[key]) + 1)
             heapq.heappush(queued[key], (now, seq, region, trial))
-            totals["backlog"] = max(totals["backlog"], len(queued[key]))
-            for worker in sorted(owners[key]):
+            for worker in sorted(owners[key]) if trial >= 0 else everyone:
                 if worker in idle:
                     take(worker)
                     break
+            continue
+        if kind == "tune_step":
+            worker, region = payload
+            start_trials(state[region], 0.0)
+            take(worker)
             continue
         worker, shard, region, trial = payload
         running[shard] -= 1

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from hoptune import tuner
 from hoptune.tasks import _visit_order, _workflow
 from hoptune.tasks._simulate import SimStudy, assign_shards, hop_seconds_from, simulate
@@ -25,9 +29,11 @@ def test_one_worker_and_one_shard_is_a_sum() -> None:
 def test_one_trial_at_a_time_waits_for_every_message() -> None:
     study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=1, epochs=2)
     result = simulate([study], 1, validation=0.5, dispatch=0.25)
-    assert result.wall_seconds == 6 * (0.25 + 1.0 + 0.5)
-    assert result.dispatch_seconds == 6 * 0.25
-    assert result.busy_share["w0"] == 9.0 / 10.5
+    # 6 hops, each a message, a second and a validation; each trial's end a tune_step
+    # message (that starts the next trial, or, the last, records the study's end)
+    assert result.wall_seconds == 6 * (0.25 + 1.0 + 0.5) + 3 * 0.25
+    assert result.dispatch_seconds == (6 + 3) * 0.25
+    assert result.busy_share["w0"] == 9.0 / 11.25
 
 
 def test_two_shards_on_two_workers_with_equal_hops_take_half() -> None:
@@ -135,16 +141,21 @@ def test_trials_in_flight_must_fit_the_study() -> None:
 def test_a_later_trial_starts_start_seconds_after_its_slot_frees() -> None:
     study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=1, epochs=1)
     result = simulate([study], 1, dispatch=0.25, start=0.5)
-    # the first trial waits for no slot (head 0); the two others start 0.5 s after one frees
-    assert result.wall_seconds == (0.25 + 1.0) + 2 * (0.5 + 0.25 + 1.0)
+    # the first trial waits for no slot (head 0); the two others' first hops arrive 0.5 s
+    # after a slot frees (the tune_step's message, no work left to it, the hop's message);
+    # the last trial's end sends the tune_step that ends the study
+    assert result.wall_seconds == (0.25 + 1.0) + 2 * (0.5 + 1.0) + 0.25
+    slow = simulate([study], 1, dispatch=0.25, start=1.5)  # the tune_step works 1 s
+    assert slow.wall_seconds == (0.25 + 1.0) + 2 * (1.5 + 1.0) + 0.25
 
 
 def test_a_study_s_first_trials_wait_for_its_first_tune_step() -> None:
     study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=2, epochs=1)
     result = simulate([study], 1, start=0.5, head=2.0)
-    # trials 0 and 1 arrive at 2 s and run one after the other; trial 2 arrives 0.5 s after
-    # trial 0's end (3.5 s), while trial 1 runs to 4 s
-    assert result.wall_seconds == 2.0 + 3 * 1.0
+    # trials 0 and 1 arrive at 2 s and run one after the other; trial 0's tune_step (sent at
+    # 3 s) waits for trial 1's hop, then holds the one worker 0.5 s: trial 2 runs from 4.5 s
+    # (trial 1's tune_step, with no slot left to fill, takes no time)
+    assert result.wall_seconds == 2.0 + 2 * 1.0 + 0.5 + 1.0
     late = simulate([SimStudy("north", rows=[100], hop_seconds=one_second, budget=3,
                               parallel=1, epochs=1)], 1, start=0.5, head=2.0)
     assert late.wall_seconds == 2.0 + 1.0 + 2 * (0.5 + 1.0)
@@ -159,3 +170,20 @@ def test_trials_better_and_better_are_never_pruned() -> None:
 
     assert simulate([study(1.0)], 1).trials == {"north": {"done": 8}}
     assert simulate([study(0.0)], 1).trials["north"].get("pruned", 0) > 0
+
+
+def test_which_trials_a_rung_keeps_depends_on_the_draw_and_a_plan_averages_draws() -> None:
+    from hoptune.tasks._plan import DRAWS, mean_result
+
+    pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=3)
+    study = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=16, parallel=2,
+                     epochs=3, pruner=pruner)
+    runs = [simulate([replace(study, draw=d)], 2) for d in range(DRAWS)]
+    assert len({r.hops for r in runs}) > 1  # one order of the metrics is one outcome of many
+    assert simulate([study], 2) == runs[0]  # draw 0 is the seed's own order
+    mean = mean_result(runs)
+    assert mean.hops == round(sum(r.hops for r in runs) / DRAWS)
+    assert mean.wall_seconds == pytest.approx(sum(r.wall_seconds for r in runs) / DRAWS)
+    assert min(r.wall_seconds for r in runs) < mean.wall_seconds < max(r.wall_seconds
+                                                                       for r in runs)
+    assert mean.longest_backlog == max(r.longest_backlog for r in runs)

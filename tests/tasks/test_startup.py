@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from hoptune.core import StoreError
 from hoptune.tasks._device import _nvidia_driver
 from hoptune.tasks._messages import hop_queue, tune_step_dispatch
 
@@ -99,3 +104,26 @@ def test_counting_gpus_on_this_host_agrees_with_torch() -> None:
     assert int(counted) == int(by_torch)
     if not _nvidia_driver():  # counted without importing torch
         assert imported == "False"
+
+
+def test_a_local_cluster_waits_until_its_workers_have_warmed_up(cluster, rt) -> None:
+    from hoptune.tuner import WorkerRecords
+
+    records = WorkerRecords(rt.db)
+    # an earlier process of the same name, warm: not this cluster's
+    records.register("w0@earlier", name=f"w0@{socket.gethostname()}", host="h", pid=1,
+                     shards=[], info={"warm": True})
+    workers = cluster({"north": 2}, 1)
+    workers.wait_warm(rt.db, timeout=60)
+    (row,) = [r for r in records.all() if r["started_at"] >= workers.started]
+    assert row["info"]["warm"] is True and row["name"] == workers.names[0]
+    assert row["pid"] != 1 and row["id"] != "w0@earlier"
+
+
+def test_waiting_for_a_worker_that_exited_says_so(cluster, rt) -> None:
+    workers = cluster({"north": 2}, 1)
+    for p in workers.processes:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    with pytest.raises(StoreError, match="a worker exited with status"):
+        workers.wait_warm(rt.db, timeout=60)
