@@ -164,10 +164,9 @@ def _initial_design(
     space: Space, taken: set[tuple[Any, ...]], n: int, seed: int
 ) -> list[dict[str, Any]]:
     """The first free points of the scrambled Sobol' sequence of ``seed``."""
-    sobol = qmc.Sobol(len(space.dimensions), scramble=True, rng=seed % 2**63)
     # Twice as many points as could be taken: room for repeats in discrete spaces.
-    units = sobol.random_base2(max(3, (len(taken) + n).bit_length() + 1))
-    return _pick_free(space.from_unit(units), taken, n)
+    points = 2 ** max(3, (len(taken) + n).bit_length() + 1)
+    return _pick_free(space.design(seed, points), taken, n)
 
 
 def _fill(

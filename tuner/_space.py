@@ -157,6 +157,14 @@ class Space:
     def names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.dimensions)
 
+    def design(self, seed: int, n: int) -> list[dict[str, Any]]:
+        """The first ``n`` points of the scrambled Sobol' sequence of ``seed`` (the
+        optimizer's initial design; the first points do not depend on ``n``)."""
+        from scipy.stats import qmc
+
+        sobol = qmc.Sobol(len(self.dimensions), scramble=True, rng=seed % 2**63)
+        return self.from_unit(sobol.random_base2(max(0, (n - 1).bit_length()))[:n])
+
     def sample(self, rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
         """``n`` independent uniform draws (random search)."""
         return self.from_unit(rng.random((n, len(self.dimensions))))
