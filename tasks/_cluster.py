@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -100,18 +100,11 @@ class LocalCluster:
 
     def wait_ready(self, app: object, timeout: float = 120.0) -> None:
         """Block until every worker answers a ping."""
-        expected = {n for n, owned in zip(self.names, self.assignment, strict=True) if owned}
-        deadline = time.monotonic() + timeout
-        seen: set[str] = set()
-        while time.monotonic() < deadline:
-            for p in self.processes:
-                if p.poll() is not None:
-                    raise StoreError(f"a worker exited with status {p.returncode} at start")
+        def answering() -> set[str]:
             replies = app.control.ping(timeout=0.1)  # type: ignore[attr-defined]
-            seen = {name for reply in replies for name in reply}
-            if expected <= seen:
-                return
-        raise StoreError(f"workers {sorted(expected - seen)} did not start within {timeout:.0f} s")
+            return {name for reply in replies for name in reply}
+
+        self._wait_for(answering, "start", timeout, pause=0.0)  # the ping waits 0.1 s
 
     def wait_warm(self, db: Any, timeout: float = 120.0) -> None:
         """Block until every worker's training process has warmed up (its heartbeat row says
@@ -119,20 +112,29 @@ class LocalCluster:
         scikit-optimize) is loaded, so its tasks take their steady-state time."""
         from hoptune.tuner import WorkerRecords
 
+        def warm() -> set[str]:
+            # this cluster's processes' rows: an earlier process of the same name started before
+            return {r["name"] for r in WorkerRecords(db).all()
+                    if (r["info"] or {}).get("warm") and r["started_at"] >= self.started}
+
+        self._wait_for(warm, "warm up", timeout, pause=0.1)
+
+    def _wait_for(self, names: Callable[[], set[str]], what: str, timeout: float,
+                  pause: float) -> None:
+        """Poll ``names`` (the workers done so far) until it holds every worker of this cluster;
+        a worker that exits meanwhile, or the timeout, is a StoreError."""
         expected = {n for n, owned in zip(self.names, self.assignment, strict=True) if owned}
         deadline = time.monotonic() + timeout
-        warm: set[str] = set()
+        done: set[str] = set()
         while time.monotonic() < deadline:
             for p in self.processes:
                 if p.poll() is not None:
                     raise StoreError(f"a worker exited with status {p.returncode} at start")
-            # this cluster's processes' rows: an earlier process of the same name started before
-            warm = {r["name"] for r in WorkerRecords(db).all()
-                    if (r["info"] or {}).get("warm") and r["started_at"] >= self.started}
-            if expected <= warm:
+            done = names()
+            if expected <= done:
                 return
-            time.sleep(0.1)
-        raise StoreError(f"workers {sorted(expected - warm)} did not warm up within "
+            time.sleep(pause)
+        raise StoreError(f"workers {sorted(expected - done)} did not {what} within "
                          f"{timeout:.0f} s")
 
     def alive(self) -> bool:
