@@ -198,8 +198,9 @@ def _start_training_process(**_: Any) -> None:
 
 
 def _warm_up(rt: Any, shards: list[tuple[str, int]]) -> None:
-    """Load what the first hop and the first ``tune_step`` need, in that order; then say so
-    in the heartbeat row (``warm``), also when a part failed (its task reports it)."""
+    """Load what the first hop, the first ``tune_step`` and the first epoch's validation need,
+    in that order; then say so in the heartbeat row (``warm``), also when a part failed (its
+    task reports it)."""
     try:
         import torch
 
@@ -208,6 +209,9 @@ def _warm_up(rt: Any, shards: list[tuple[str, int]]) -> None:
         if shards:
             rt.preload(shards)
         importlib.import_module("hoptune.tuner._optimizer")  # scikit-optimize
+        # the built-in metrics' torchmetrics: half a second that a fresh worker's first
+        # validation paid, holding its worker and the trial's epoch end
+        importlib.import_module("torchmetrics.functional")
     except Exception:  # noqa: BLE001 - a task that needs the part fails with the cause
         log.warning("warm-up of %s stopped", rt.worker, exc_info=True)
     finally:

@@ -127,3 +127,21 @@ def test_waiting_for_a_worker_that_exited_says_so(cluster, rt) -> None:
         p.wait()
     with pytest.raises(StoreError, match="a worker exited with status"):
         workers.wait_warm(rt.db, timeout=60)
+
+
+WARM_UP = """
+import sys
+from hoptune.tasks import _app
+
+before = {m for m in sys.modules if m.split(".")[0] in ("torchmetrics", "skopt")}
+_app._warm_up(None, [])
+print(sorted(before), "torchmetrics.functional" in sys.modules, "skopt" in sys.modules)
+"""
+
+
+def test_a_workers_warm_up_loads_what_its_first_tune_step_and_validation_import() -> None:
+    # the first validation of a fresh worker used to import torchmetrics (half a second on
+    # this host) while it held the worker and the trial's epoch end
+    out = subprocess.run([sys.executable, "-c", WARM_UP], capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split()
+    assert out == ["[]", "True", "True"]
