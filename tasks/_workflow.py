@@ -57,16 +57,12 @@ def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
     if free <= 0:
         return []
     # scikit-optimize (seconds to import) loads here, in the worker, never in a driver
-    from hoptune.tuner import Space, propose
+    from hoptune.tuner import Space, propose, study_prior
 
     space = Space.from_json(study["space"])
     names = set(space.names)
     minimize, select = bool(study["minimize"]), region_of(study).select
-    prior: list[tuple[dict, float]] = []
-    if study["parent_id"] is not None:
-        parent = rt.db.trials(study["parent_id"])
-        prior = [(p, v) for p, v in told(parent, names, minimize=minimize, select=select)
-                 if space.contains(p)]
+    prior = study_prior(rt.db, study["parent_id"], space, minimize=minimize, select=select)
     return propose(space, told(trials, names, minimize=minimize, select=select),
                    [{k: t["params"][k] for k in names} for t in active],
                    free, seed=study["seed"], minimize=bool(study["minimize"]),

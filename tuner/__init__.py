@@ -20,6 +20,7 @@ _NAMES = {
     "default_initial_points": "hoptune.tuner._optimizer",
     "propose": "hoptune.tuner._optimizer",
     "select_prior": "hoptune.tuner._warmstart",
+    "study_prior": "hoptune.tuner._warmstart",
     "CostKey": "hoptune.tuner._costs",
     "HopCost": "hoptune.tuner._costs",
     "HopObservation": "hoptune.tuner._costs",

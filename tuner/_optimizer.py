@@ -74,7 +74,7 @@ MAX_ENUMERATION = 50_000
 
 def default_initial_points(space: Space) -> int:
     """Size of the initial design: enough points for the GP to fit length scales."""
-    return max(6, 2 * len(space.dimensions))
+    return space.initial_points
 
 
 def skopt_dimensions(space: Space) -> list[Any]:

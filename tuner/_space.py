@@ -157,6 +157,12 @@ class Space:
     def names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.dimensions)
 
+    @property
+    def initial_points(self) -> int:
+        """Results known before the optimizer proposes from its model (told plus usable
+        prior); fewer, and it proposes points of its initial design (``design``)."""
+        return max(6, 2 * len(self.dimensions))
+
     def design(self, seed: int, n: int) -> list[dict[str, Any]]:
         """The first ``n`` points of the scrambled Sobol' sequence of ``seed`` (the
         optimizer's initial design; the first points do not depend on ``n``)."""

@@ -23,7 +23,7 @@ import numpy as np
 
 from hoptune.tuner._space import Space
 
-__all__ = ["select_prior"]
+__all__ = ["select_prior", "study_prior"]
 
 PRIOR_LIMIT = 100
 
@@ -46,3 +46,15 @@ def select_prior(
         return usable
     ranks = np.unique(np.round(np.linspace(0, len(usable) - 1, limit)).astype(int))
     return [usable[i] for i in ranks]
+
+
+def study_prior(db: Any, parent_id: int | None, space: Space, *, minimize: bool, select: str
+                ) -> list[tuple[dict[str, Any], float]]:
+    """The results of a study's parent (``parent_id``: its region's previous study) that lie
+    inside ``space``, as the study's proposals are told them: none without a parent."""
+    from hoptune.tuner._selection import told
+
+    if parent_id is None:
+        return []
+    return [(p, v) for p, v in told(db.trials(parent_id), space.names, minimize=minimize,
+                                    select=select) if space.contains(p)]
