@@ -201,6 +201,7 @@ def main() -> int:
                          "validation_seconds": round(predicted.validation, 3),
                          "dispatch_seconds": round(predicted.dispatch, 3),
                          "start_seconds": round(predicted.start, 3),
+                         "start_model_seconds": round(predicted.start_model, 3),
                          "load_after": load_average()})
             print(json.dumps(runs[-1]), flush=True)
     finally:

@@ -2,7 +2,13 @@
 
 ``median_gaps``: the seconds a schedule spends outside hops (an epoch's
 validation, a message, a trial's start, a study's first ``tune_step``), as
-medians over the recorded hops, epochs and trials. ``pruned_share``: the share
+medians over the recorded hops, epochs and trials. A trial's start is two
+figures: one where its ``tune_step`` proposed a point of the optimizer's
+initial design (milliseconds), one where it proposed from the optimizer's
+model (a Gaussian process fitted to the results so far: about a tenth of a
+second on a small host), as ``design_left`` tells them apart: the results the
+optimizer still needs (its space's initial points, less the usable results of
+the study's parent and those told so far). ``pruned_share``: the share
 of the finished trials ASHA pruned in tuned studies that had rungs, which sets
 the simulated metrics' trend.
 """
@@ -11,18 +17,50 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from typing import Any
+from typing import Any, NamedTuple
 
-from hoptune.tuner import AshaPruner
+from hoptune.tuner import AshaPruner, Space
 
-__all__ = ["median_gaps", "pruned_share"]
+__all__ = ["Gaps", "design_left", "median_gaps", "pruned_share"]
 
 
-def median_gaps(db: Any, studies: list[dict[str, Any]]
-                 ) -> tuple[float, float, float, float]:
+class Gaps(NamedTuple):
+    validation: float  # from an epoch's last hop to its end
+    dispatch: float  # from a hop's end to the next hop's start, its worker free
+    start: float  # from a trial's end to its successor's first hop: a design point
+    start_model: float  # the same where the successor came from the model
+    head: float  # from a study's start to its first hop's message
+
+
+def design_left(db: Any, space: Space | None, parent_id: int | None, *, minimize: bool,
+                select: str, told: int = 0) -> int | None:
+    """How many more results a study's optimizer needs before it proposes from its model,
+    ``told`` of its own known: the initial points of its ``space``, less those and the
+    usable results of its parent (``parent_id``), as ``propose`` counts them. None: no
+    space, no proposals."""
+    from hoptune.tuner import select_prior, study_prior
+
+    if space is None:
+        return None
+    prior = select_prior(space, study_prior(db, parent_id, space, minimize=minimize,
+                                            select=select), minimize=minimize)
+    return max(0, space.initial_points - len(prior) - told)
+
+
+def _design_left(db: Any, study: dict[str, Any]) -> int | None:
+    """``design_left`` of a recorded study, at its start."""
+    from hoptune.tasks._runtime import region_of
+
+    space = Space.from_json(study["space"]) if study["space"] is not None else None
+    return design_left(db, space, study["parent_id"], minimize=bool(study["minimize"]),
+                       select=region_of(study).select)
+
+
+def median_gaps(db: Any, studies: list[dict[str, Any]]) -> Gaps:
     """Medians of the seconds from a hop's end to its epoch's end, to the next hop's start,
-    from a trial's end to the start of the trial that took its slot, and from a study's
-    start to its first hop's message (its first ``tune_step``).
+    from a trial's end to the start of the trial that took its slot (a design point's, a
+    model's: the design's where no model proposal is recorded), and from a study's start
+    to its first hop's message (its first ``tune_step``).
 
     A hop that waited for its worker to finish another hop waited in the queue, which the
     simulator schedules itself: the gaps before a hop count from when its worker was free.
@@ -47,15 +85,22 @@ def median_gaps(db: Any, studies: list[dict[str, Any]]
         free = by_worker[hop["worker"]][i - 1]["finished_at"] if i > 0 else since
         return max(0.0, (hop["started_at"] - max(since, free)).total_seconds())
 
-    hand_on, validation, start, head = [], [], [], []
+    hand_on, validation, head = [], [], []
+    start: dict[bool, list[float]] = {False: [], True: []}  # by: from the model
     for study in studies:
         ends, firsts, queued = [], [], []
-        for trial in db.trials(study["id"]):
+        trials = db.trials(study["id"])
+        needed = _design_left(db, study)
+        told = sorted(t["finished_at"] for t in trials
+                      if t["state"] in ("done", "pruned") and t["finished_at"] is not None)
+        for trial in trials:
             if trial["finished_at"] is not None:
                 ends.append(trial["finished_at"])
             hops = done.get(trial["id"], [])
             if hops:
-                firsts.append(min(hops, key=lambda h: h["started_at"]))
+                modelled = needed is not None and \
+                    bisect.bisect_right(told, trial["created_at"]) >= needed
+                firsts.append((min(hops, key=lambda h: h["started_at"]), modelled))
                 queued.append(min(h["queued_at"] for h in hops))
             by_epoch: dict[int, list[dict[str, Any]]] = {}
             for h in hops:
@@ -68,14 +113,19 @@ def median_gaps(db: Any, studies: list[dict[str, Any]]
                 if record is not None and record["finished_at"] is not None:
                     validation.append(max(0.0, (record["finished_at"] - group[-1]["finished_at"]
                                                 ).total_seconds()))
-        for first in firsts:  # a trial that started once another had ended: its slot's wait
+        for first, modelled in firsts:  # a trial started once another had ended: its wait
             before = [e for e in ends if e <= first["started_at"]]
             if before:
-                start.append(ready(first, max(before)))
+                start[modelled].append(ready(first, max(before)))
         if queued:
             head.append(max(0.0, (min(queued) - study["created_at"]).total_seconds()))
-    return tuple(statistics.median(x) if x else 0.0  # type: ignore[return-value]
-                 for x in (validation, hand_on, start, head))
+
+    def median(x: list[float]) -> float:
+        return statistics.median(x) if x else 0.0
+
+    design = median(start[False])
+    return Gaps(median(validation), median(hand_on), design,
+                median(start[True]) if start[True] else design, median(head))
 
 
 def pruned_share(db: Any, studies: list[dict[str, Any]]) -> float | None:

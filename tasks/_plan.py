@@ -26,10 +26,10 @@ from typing import Any
 from hoptune.core import HoptuneError, StudyError
 from hoptune.regions import Config, RegionConfig, get_family
 from hoptune.tasks._costs import parameter_count, recorded_observations
-from hoptune.tasks._history import median_gaps, pruned_share
+from hoptune.tasks._history import design_left, median_gaps, pruned_share
 from hoptune.tasks._runtime import Runtime
 from hoptune.tasks._simulate import SimResult, SimStudy, hop_seconds_from, simulate
-from hoptune.tuner import AshaPruner, HopCost, fit_costs, parse_space
+from hoptune.tuner import AshaPruner, HopCost, Space, fit_costs, parse_space
 
 __all__ = ["Plan", "Planner", "format_plan", "live_owners", "most_workers", "nightly_plan", "plan",
            "progress", "workers_for"]
@@ -55,6 +55,7 @@ class _Inputs:
     seed: int
     in_flight: tuple[tuple[int, int], ...] = ()
     improving: float = 0.0  # the simulator's metric trend (see ``_improving``)
+    design_left: int | None = None  # trials to end before the optimizer's model proposes
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Plan:
     validation: float
     dispatch: float
     start: float
+    start_model: float
     head: float
     costs: dict[str, dict[str, Any]]
 
@@ -129,8 +131,14 @@ def _inputs(rt: Runtime, region: RegionConfig, costs: dict[Any, HopCost],
                              f"`hoptune ingest {region.name}` first ({exc})") from None
         study = {"region_config": region.model_dump(mode="json"), "manifest": manifest}
     manifest = study["manifest"] or rt.manifest(region.name)
+    parent = rt.db.latest_study(region.name, state="done")  # the warm start a study gets
+    space = parse_space(region.space, f"regions.{region.name}.space") if region.space else None
+    left = design_left(rt.db, space, parent["id"] if parent else None,
+                       minimize=bool(parent["minimize"]) if parent else True,
+                       select=region.select)
     return _Inputs(region=region, cost=cost, budget=region.trials, parallel=region.parallel,
-                   epochs=region.epochs, seed=region.seed, **_sizes(region, study, manifest))
+                   epochs=region.epochs, seed=region.seed, design_left=left,
+                   **_sizes(region, study, manifest))
 
 
 def progress(db: Any, study: dict[str, Any]) -> tuple[tuple[tuple[int, int], ...], int]:
@@ -157,10 +165,14 @@ def _under_way(db: Any, study: dict[str, Any], costs: dict[Any, HopCost]) -> _In
 
     region = region_of(study)
     in_flight, to_start = progress(db, study)
+    space = Space.from_json(study["space"]) if study["space"] is not None else None
+    told = sum(n for state, n in db.counts(study["id"]).items() if state in ("done", "pruned"))
+    left = design_left(db, space, study["parent_id"], minimize=bool(study["minimize"]),
+                       select=region.select, told=told)
     return _Inputs(region=region, cost=_cost(region, costs),
                    budget=len(in_flight) + to_start, parallel=study["parallel"],
                    epochs=study["epochs"], seed=study["seed"], in_flight=in_flight,
-                   **_sizes(region, study, study["manifest"]))
+                   design_left=left, **_sizes(region, study, study["manifest"]))
 
 
 IMPROVING = [k / 10 for k in range(11)]  # the trends tried to match a recorded pruned share
@@ -216,6 +228,7 @@ def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
         out.append(SimStudy(r.name, rows=i.rows, budget=i.budget, parallel=i.parallel,
                             epochs=i.epochs, seed=i.seed, pruner=pruner,
                             in_flight=i.in_flight, improving=i.improving,
+                            design_left=i.design_left,
                             hop_seconds=hop_seconds_from(i.cost, i.batch_size, i.parameters,
                                                          scale)))
     return out
@@ -256,7 +269,8 @@ class Planner:
             from hoptune.tasks._runtime import region_of
 
             own = [s for s in finished if region_of(s).family in families]
-        self.validation, self.dispatch, self.start, self.head = median_gaps(db, own)
+        (self.validation, self.dispatch, self.start, self.start_model,
+         self.head) = median_gaps(db, own)
         share = pruned_share(db, own)
         self.inputs = [replace(i, improving=_improving(i, share)) for i in inputs]
 
@@ -267,7 +281,8 @@ class Planner:
         draws = DRAWS if any(s.pruner is not None and s.pruner.rungs() for s in studies) else 1
         return mean_result([simulate([replace(s, draw=d) for s in studies], workers,
                                      validation=self.validation, dispatch=self.dispatch,
-                                     start=self.start, head=self.head) for d in range(draws)])
+                                     start=self.start, start_model=self.start_model,
+                                     head=self.head) for d in range(draws)])
 
     def wall(self, workers: Workers) -> float:
         """The predicted wall time alone (the fitted costs, no range)."""
@@ -294,7 +309,8 @@ class Planner:
                     train_seconds=mid.train_seconds,
                     validation_seconds=mid.validation_seconds,
                     dispatch_seconds=mid.dispatch_seconds, validation=self.validation,
-                    dispatch=self.dispatch, start=self.start, head=self.head,
+                    dispatch=self.dispatch, start=self.start, start_model=self.start_model,
+                    head=self.head,
                     costs={i.region.name: {"device": i.cost.key.device, "host": i.cost.key.host,
                                            "hops": i.cost.hops, "error": i.cost.error,
                                            "spread": i.cost.spread} for i in self.inputs})
@@ -348,7 +364,8 @@ def format_plan(p: Plan, deadline: float | None = None) -> str:
         f"where the time goes: training {p.train_seconds / max(work, 1e-12):.0%} of worker time, "
         f"validation {p.validation_seconds / max(work, 1e-12):.0%} "
         f"({p.validation:.2f} s an epoch); {p.dispatch:.3f} s a message, "
-        f"{p.start:.2f} s to start a trial, {p.head:.2f} s to start a study",
+        f"{p.start:.2f} s to start a trial ({p.start_model:.2f} s from the optimizer's model), "
+        f"{p.head:.2f} s to start a study",
     ]
     for region, c in p.costs.items():
         lines.append(f"  {region}: cost of {c['device']} on {c['host']} from {c['hops']} hops, "

@@ -20,7 +20,10 @@ proposes and the new trials are recorded; the trials it starts then send their
 first hops. ``start`` is the seconds from a trial's end to its successor's first
 hop (the ``tune_step`` message, its work and the hop's message), so a
 ``tune_step`` that starts a trial holds its worker ``start - 2 * dispatch``
-seconds (at least 0); one with no slot to fill (a slot another one filled, or
+seconds (at least 0); ``start_model`` replaces ``start`` once the study's
+optimizer proposes from its model (``design_left`` of its trials have ended:
+fitting the model takes longer than picking a point of the initial design);
+one with no slot to fill (a slot another one filled, or
 the study's last, which records its end) only reads, in no time. A study's
 first trials wait ``head`` seconds instead (its first ``tune_step``, on a
 worker that may still be importing, with nothing else to do yet). For
@@ -84,6 +87,8 @@ class SimStudy:
     improving: float = 0.0
     # which random order of the ranks (one draw of many: a planner averages over draws)
     draw: int = 0
+    # trials to end before its tune_steps propose from the model; None: never (no space)
+    design_left: int | None = None
 
     @property
     def shards(self) -> int:
@@ -146,8 +151,9 @@ def _synthetic_metrics(spec: SimStudy) -> list[float]:
 
 def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], list[str]],
              *, validation: float = 0.0, dispatch: float = 0.0, start: float = 0.0,
-             head: float = 0.0) -> SimResult:
-    """Simulate ``studies`` started together on ``workers`` (a count, or owners per shard)."""
+             start_model: float | None = None, head: float = 0.0) -> SimResult:
+    """Simulate ``studies`` started together on ``workers`` (a count, or owners per shard);
+    ``start_model`` defaults to ``start``."""
     names = [s.region for s in studies]
     if len(set(names)) != len(names):
         raise ValueError("one study per region")
@@ -159,7 +165,9 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
     idle = set(everyone)
     queued: dict[tuple[str, int], list[tuple[float, int, str, int]]] = {s: [] for s in owners}
     queued[_CONTROL] = []  # tune_steps: (arrived, seq, region, -1), taken by any worker
-    hold = max(0.0, start - 2 * dispatch)  # a tune_step's work on its worker
+    # a tune_step's work on its worker: proposing from the initial design, from the model
+    hold = {False: max(0.0, start - 2 * dispatch),
+            True: max(0.0, (start if start_model is None else start_model) - 2 * dispatch)}
     running: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)
     sent: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)  # on its way: queued already
     held: dict[str, int] = dict.fromkeys(everyone, 0)
@@ -231,7 +239,9 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             study = state[region]
             free = (len(study.running) < study.spec.parallel
                     and study.next_trial < study.spec.budget)
-            push(now + (hold if free else 0.0), "tune_step", (worker, region))
+            left = study.spec.design_left
+            modelled = left is not None and sum(study.outcomes.values()) >= left
+            push(now + (hold[modelled] if free else 0.0), "tune_step", (worker, region))
             return
         study = state[region]
         t = study.running[trial]

@@ -67,6 +67,25 @@ def test_a_tuned_regions_hops_are_costed_at_its_trials_mean_size(finished, rt) -
     assert inputs.batch_size == region.batch_size  # not in the space: every trial's
 
 
+def test_a_plan_starts_the_model_s_proposals_after_the_warm_start_s_results(finished,
+                                                                            rt) -> None:
+    from hoptune.tasks._plan import _studies
+
+    parent = rt.db.latest_study("north", state="done")
+    told = [t for t in rt.db.trials(parent["id"]) if t["state"] in ("done", "pruned")]
+    assert len(told) == 2  # each inside the space, with a finite metric
+    planner = Planner(rt, load_config(finished), ["north"])
+    (inputs,) = planner.inputs
+    # the next study of north starts from its 2 results: 4 more of the 6 initial points
+    # (two dimensions) and its optimizer proposes from the model
+    assert inputs.design_left == 6 - 2
+    (study,) = _studies(planner.inputs, 1.0)
+    assert study.design_left == 4
+    # the study itself ran the configurations it was given: it proposed nothing
+    assert parent["space"] is None
+    assert Planner.under_way(rt.db, [parent]).inputs[0].design_left is None
+
+
 def test_a_deadline_no_worker_count_meets_is_one_line(finished, rt, home) -> None:
     fastest = min(Planner(rt, load_config(finished), ["north"]).wall(n) for n in range(1, 5))
     done = hoptune("--config", str(finished), "plan", "north", "--deadline",

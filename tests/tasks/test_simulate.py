@@ -149,6 +149,22 @@ def test_a_later_trial_starts_start_seconds_after_its_slot_frees() -> None:
     assert slow.wall_seconds == (0.25 + 1.0) + 2 * (1.5 + 1.0) + 0.25
 
 
+def test_a_trial_the_optimizers_model_proposes_starts_start_model_seconds_after() -> None:
+    study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=1,
+                     epochs=1, design_left=1)
+    result = simulate([study], 1, dispatch=0.25, start=0.5, start_model=1.5)
+    # one trial ended, the model proposes both later trials: its tune_steps work 1 s each
+    assert result.wall_seconds == (0.25 + 1.0) + 2 * (1.5 + 1.0) + 0.25
+    later = simulate([replace(study, design_left=2)], 1, dispatch=0.25, start=0.5,
+                     start_model=1.5)
+    # trial 1 is the initial design's (one result known of two needed), trial 2 the model's
+    assert later.wall_seconds == (0.25 + 1.0) + (0.5 + 1.0) + (1.5 + 1.0) + 0.25
+    # no space, no model; and without start_model, a model's proposal costs ``start``
+    for fixed in (simulate([replace(study, design_left=None)], 1, dispatch=0.25, start=0.5,
+                           start_model=1.5), simulate([study], 1, dispatch=0.25, start=0.5)):
+        assert fixed.wall_seconds == (0.25 + 1.0) + 2 * (0.5 + 1.0) + 0.25
+
+
 def test_a_study_s_first_trials_wait_for_its_first_tune_step() -> None:
     study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=2, epochs=1)
     result = simulate([study], 1, start=0.5, head=2.0)

@@ -1,0 +1,95 @@
+"""What the planner reads from recorded studies besides hop costs: hand-built histories."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from hoptune.regions import load_config
+from hoptune.tasks._history import design_left, median_gaps
+from hoptune.tuner import parse_space
+
+T0 = datetime(2026, 11, 24, 1, 0, 0)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+class History:
+    """The reads ``median_gaps`` makes of a study database, over rows built by hand."""
+
+    def __init__(self) -> None:
+        self.studies: dict[int, dict[str, Any]] = {}
+        self.trial_rows: dict[int, list[dict[str, Any]]] = {}
+        self.hop_rows: dict[int, list[dict[str, Any]]] = {}
+
+    def trials(self, study_id: int) -> list[dict[str, Any]]:
+        return self.trial_rows[study_id]
+
+    def hops(self, *, study_id: int) -> list[dict[str, Any]]:
+        return self.hop_rows[study_id]
+
+    def epoch(self, trial_id: int, epoch: int) -> dict[str, Any]:
+        (hop,) = [h for hops in self.hop_rows.values() for h in hops
+                  if h["trial_id"] == trial_id and h["epoch"] == epoch]
+        return {"finished_at": hop["finished_at"]}  # validation takes no time
+
+    def add(self, region: dict[str, Any], space: dict[str, Any], parent: int | None,
+            gaps: list[float]) -> dict[str, Any]:
+        """A study of one shard, one epoch, one trial at a time on one worker: trial 0 at
+        once, trial i's first hop ``gaps[i - 1]`` seconds after trial i - 1 ended (its
+        ``tune_step`` created it right at that end); each hop lasts a second."""
+        sid = len(self.studies) + 1
+        study = {"id": sid, "space": space, "parent_id": parent, "minimize": True,
+                 "region_config": region, "created_at": at(0)}
+        trials, hops, now = [], [], 0.0
+        for i in range(len(gaps) + 1):
+            created = now
+            now += gaps[i - 1] if i else 0.0
+            tid = sid * 100 + i
+            hops.append({"trial_id": tid, "epoch": 0, "position": 0, "worker": "w0",
+                         "state": "done", "queued_at": at(now), "started_at": at(now),
+                         "finished_at": at(now + 1.0)})
+            now += 1.0
+            trials.append({"id": tid, "state": "done", "created_at": at(created),
+                           "finished_at": at(now), "params": {"lr": 0.01 + i / 1000,
+                                                              "embedding_dim": 8},
+                           "best_metric": 1.0 - i / 100, "last_metric": 1.0 - i / 100})
+        self.studies[sid], self.trial_rows[sid], self.hop_rows[sid] = study, trials, hops
+        return study
+
+
+@pytest.fixture
+def region(make_config) -> dict[str, Any]:  # noqa: ANN001 - the configuration fixture
+    return load_config(make_config()).region("north").model_dump(mode="json")
+
+
+def test_a_trial_start_is_a_design_points_until_the_optimizer_has_its_initial_results(
+        region) -> None:
+    space = parse_space(region["space"], "space")
+    assert space.initial_points == 6  # two dimensions
+    db = History()
+    # trials 1 to 5 are proposed with 1 to 5 results known: points of the initial design;
+    # trials 6 and 7 with 6 and 7: from the model
+    study = db.add(region, space.to_json(), None, [0.01, 0.02, 0.01, 0.03, 0.01, 0.2, 0.4])
+    gaps = median_gaps(db, [study])
+    assert (gaps.start, gaps.start_model) == (0.01, pytest.approx(0.3))
+    assert design_left(db, space, None, minimize=True, select="best") == 6
+    assert design_left(db, space, None, minimize=True, select="best", told=4) == 2
+
+    # warm-started from it: its parent's 8 results count, so every proposal is the model's
+    child = db.add(region, space.to_json(), study["id"], [0.2, 0.1, 0.3])
+    assert design_left(db, space, study["id"], minimize=True, select="best") == 0
+    gaps = median_gaps(db, [child])
+    assert gaps.start_model == pytest.approx(0.2)
+    assert gaps.start == 0.0  # none recorded
+
+    # with no model proposal recorded, a model's start is taken to cost a design point's
+    gaps = median_gaps(db, [db.add(region, space.to_json(), None, [0.05, 0.07])])
+    assert gaps.start == gaps.start_model == pytest.approx(0.06)
+
+    # a fixed configuration (no space) proposes nothing
+    assert design_left(db, None, None, minimize=True, select="best") is None
