@@ -8,9 +8,9 @@ initial design (milliseconds), one where it proposed from the optimizer's
 model (a Gaussian process fitted to the results so far: about a tenth of a
 second on a small host), as ``design_left`` tells them apart: the results the
 optimizer still needs (its space's initial points, less the usable results of
-the study's parent and those told so far). ``pruned_share``: the share
-of the finished trials ASHA pruned in tuned studies that had rungs, which sets
-the simulated metrics' trend.
+the study's parent and those told so far). ``pruning_record``: each tuned
+study with rungs, its shape and how many of its finished trials ASHA pruned,
+from which the planner fits the simulated metrics' trend.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from hoptune.tuner import AshaPruner, Space
 
-__all__ = ["Gaps", "design_left", "median_gaps", "pruned_share"]
+__all__ = ["Gaps", "Shape", "design_left", "median_gaps", "pruning_record"]
 
 
 class Gaps(NamedTuple):
@@ -128,19 +128,32 @@ def median_gaps(db: Any, studies: list[dict[str, Any]]) -> Gaps:
                 median(start[True]) if start[True] else design, median(head))
 
 
-def pruned_share(db: Any, studies: list[dict[str, Any]]) -> float | None:
-    """The share of the finished trials pruned, over the tuned studies that had rungs."""
+class Shape(NamedTuple):
+    """What decides how many of a study's trials ASHA prunes, the metrics aside."""
+
+    budget: int
+    parallel: int
+    epochs: int
+    shards: int
+    reduction_factor: int
+    min_epochs: int
+
+
+def pruning_record(db: Any, studies: list[dict[str, Any]]) -> list[tuple[Shape, int, int]]:
+    """(shape, finished trials, pruned trials) of each tuned study with rungs."""
     from hoptune.tasks._runtime import region_of
 
-    counts = {"done": 0, "pruned": 0}
+    out = []
     for study in studies:
-        region = region_of(study)
+        p = region_of(study).pruner
         if study["kind"] != "tune" or study["space"] is None or not AshaPruner(
-                reduction_factor=region.pruner.reduction_factor,
-                min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"]).rungs():
+                reduction_factor=p.reduction_factor, min_epochs=p.min_epochs,
+                max_epochs=study["epochs"]).rungs():
             continue
-        for state, n in db.counts(study["id"]).items():
-            if state in counts:
-                counts[state] += n
-    finished = counts["done"] + counts["pruned"]
-    return counts["pruned"] / finished if finished else None
+        counts = db.counts(study["id"])
+        done, pruned = counts.get("done", 0), counts.get("pruned", 0)
+        if done + pruned:
+            out.append((Shape(study["budget"], study["parallel"], study["epochs"],
+                              len(study["manifest"]["rows"]), p.reduction_factor,
+                              p.min_epochs), done + pruned, pruned))
+    return out

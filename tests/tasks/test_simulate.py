@@ -203,3 +203,21 @@ def test_which_trials_a_rung_keeps_depends_on_the_draw_and_a_plan_averages_draws
     assert min(r.wall_seconds for r in runs) < mean.wall_seconds < max(r.wall_seconds
                                                                        for r in runs)
     assert mean.longest_backlog == max(r.longest_backlog for r in runs)
+
+
+def test_the_metrics_trend_is_fitted_on_the_recorded_studies_own_shapes() -> None:
+    from hoptune.tasks._history import Shape
+    from hoptune.tasks._plan import _pruned_share, _trend
+
+    eight, sixteen = Shape(8, 2, 3, 2, 2, 1), Shape(16, 2, 3, 2, 2, 1)
+    assert _trend([]) == 0.0
+    # in random order more of 16 trials are pruned than of 8 (the first at a rung is kept)
+    assert _pruned_share(sixteen, 0.0) > _pruned_share(eight, 0.0)
+    share = _pruned_share(eight, 0.0)
+    # 8-trial studies that pruned as metrics in random order would: no trend; 16-trial ones
+    # that pruned as few: later trials were better
+    assert _trend([(eight, 80, round(share * 80))]) == 0.0
+    assert _trend([(sixteen, 160, round(share * 160))]) > 0.0
+    # a trend recorded is found again, also over studies of both shapes
+    record = [(s, n, round(_pruned_share(s, 0.5) * n)) for s, n in ((eight, 80), (sixteen, 160))]
+    assert _trend(record) == 0.5
