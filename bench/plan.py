@@ -202,6 +202,7 @@ def main() -> int:
                          "dispatch_seconds": round(predicted.dispatch, 3),
                          "start_seconds": round(predicted.start, 3),
                          "start_model_seconds": round(predicted.start_model, 3),
+                         "turnaround_seconds": round(predicted.turnaround, 3),
                          "load_after": load_average()})
             print(json.dumps(runs[-1]), flush=True)
     finally:

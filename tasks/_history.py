@@ -30,6 +30,7 @@ class Gaps(NamedTuple):
     start: float  # from a trial's end to its successor's first hop: a design point
     start_model: float  # the same where the successor came from the model
     head: float  # from a study's start to its first hop's message
+    turnaround: float = 0.0  # from a hop's end to its worker's next, its message waiting
 
 
 def design_left(db: Any, space: Space | None, parent_id: int | None, *, minimize: bool,
@@ -59,8 +60,10 @@ def _design_left(db: Any, study: dict[str, Any]) -> int | None:
 def median_gaps(db: Any, studies: list[dict[str, Any]]) -> Gaps:
     """Medians of the seconds from a hop's end to its epoch's end, to the next hop's start,
     from a trial's end to the start of the trial that took its slot (a design point's, a
-    model's: the design's where no model proposal is recorded), and from a study's start
-    to its first hop's message (its first ``tune_step``).
+    model's: the design's where no model proposal is recorded), from a study's start
+    to its first hop's message (its first ``tune_step``), and from a hop's end to the start
+    of its worker's next hop where that hop's message was waiting already (the worker's
+    turnaround: the hand-on, the acknowledgement, the next message's fetch and claim).
 
     A hop that waited for its worker to finish another hop waited in the queue, which the
     simulator schedules itself: the gaps before a hop count from when its worker was free.
@@ -75,9 +78,13 @@ def median_gaps(db: Any, studies: list[dict[str, Any]]) -> Gaps:
     for h in (h for hops in done.values() for h in hops):
         by_worker.setdefault(h["worker"], []).append(h)
     starts = {}
+    turnaround = []
     for worker, hops in by_worker.items():
         hops.sort(key=lambda h: h["started_at"])
         starts[worker] = [h["started_at"] for h in hops]
+        turnaround += [max(0.0, (b["started_at"] - a["finished_at"]).total_seconds())
+                       for a, b in zip(hops, hops[1:], strict=False)
+                       if b["queued_at"] <= a["finished_at"]]
 
     def ready(hop: dict[str, Any], since: Any) -> float:
         """Seconds from ``since`` or its worker's previous hop's end, the later, to ``hop``."""
@@ -125,7 +132,8 @@ def median_gaps(db: Any, studies: list[dict[str, Any]]) -> Gaps:
 
     design = median(start[False])
     return Gaps(median(validation), median(hand_on), design,
-                median(start[True]) if start[True] else design, median(head))
+                median(start[True]) if start[True] else design, median(head),
+                median(turnaround))
 
 
 class Shape(NamedTuple):

@@ -76,6 +76,7 @@ class Plan:
     start: float
     start_model: float
     head: float
+    turnaround: float
     costs: dict[str, dict[str, Any]]
 
     def as_dict(self) -> dict[str, Any]:
@@ -288,7 +289,7 @@ class Planner:
 
             own = [s for s in finished if region_of(s).family in families]
         (self.validation, self.dispatch, self.start, self.start_model,
-         self.head) = median_gaps(db, own)
+         self.head, self.turnaround) = median_gaps(db, own)
         trend = _trend(pruning_record(db, own))
         self.inputs = [replace(i, improving=trend if i.region.space else 0.0) for i in inputs]
 
@@ -300,7 +301,8 @@ class Planner:
         return mean_result([simulate([replace(s, draw=d) for s in studies], workers,
                                      validation=self.validation, dispatch=self.dispatch,
                                      start=self.start, start_model=self.start_model,
-                                     head=self.head) for d in range(draws)])
+                                     head=self.head, turnaround=self.turnaround)
+                            for d in range(draws)])
 
     def wall(self, workers: Workers) -> float:
         """The predicted wall time alone (the fitted costs, no range)."""
@@ -328,7 +330,7 @@ class Planner:
                     validation_seconds=mid.validation_seconds,
                     dispatch_seconds=mid.dispatch_seconds, validation=self.validation,
                     dispatch=self.dispatch, start=self.start, start_model=self.start_model,
-                    head=self.head,
+                    head=self.head, turnaround=self.turnaround,
                     costs={i.region.name: {"device": i.cost.key.device, "host": i.cost.key.host,
                                            "hops": i.cost.hops, "error": i.cost.error,
                                            "spread": i.cost.spread} for i in self.inputs})
@@ -382,6 +384,7 @@ def format_plan(p: Plan, deadline: float | None = None) -> str:
         f"where the time goes: training {p.train_seconds / max(work, 1e-12):.0%} of worker time, "
         f"validation {p.validation_seconds / max(work, 1e-12):.0%} "
         f"({p.validation:.2f} s an epoch); {p.dispatch:.3f} s a message, "
+        f"{p.turnaround:.3f} s a worker's turnaround after a hop, "
         f"{p.start:.2f} s to start a trial ({p.start_model:.2f} s from the optimizer's model), "
         f"{p.head:.2f} s to start a study",
     ]

@@ -12,7 +12,9 @@ always runs the policy the cluster runs.
 Workers consume the queues of the shards they own (replicas allowed), one hop
 at a time, the oldest waiting message first. A hop holds its worker for
 ``hop_seconds(rows)``; an epoch's last hop also validates (``validation``
-seconds); each message takes ``dispatch`` seconds from send to queue. A
+seconds); each message takes ``dispatch`` seconds from send to queue; after a
+hop its worker takes ``turnaround`` seconds (the hand-on sent, the message
+acknowledged, the next one fetched and claimed) before its next task. A
 trial's end sends a ``tune_step`` to the control queue, which every worker
 consumes as the cluster's workers do: it waits its turn with the hops, the
 oldest message first, and holds the worker that takes it while the optimizer
@@ -151,7 +153,8 @@ def _synthetic_metrics(spec: SimStudy) -> list[float]:
 
 def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], list[str]],
              *, validation: float = 0.0, dispatch: float = 0.0, start: float = 0.0,
-             start_model: float | None = None, head: float = 0.0) -> SimResult:
+             start_model: float | None = None, head: float = 0.0,
+             turnaround: float = 0.0) -> SimResult:
     """Simulate ``studies`` started together on ``workers`` (a count, or owners per shard);
     ``start_model`` defaults to ``start``."""
     names = [s.region for s in studies]
@@ -299,6 +302,9 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             start_trials(state[region], 0.0)
             take(worker)
             continue
+        if kind == "free":  # its turnaround after a hop is over
+            take(payload[0])
+            continue
         worker, shard, region, trial = payload
         running[shard] -= 1
         held[worker] -= 1
@@ -315,7 +321,10 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             send(region, trial, nxt)
         else:
             end_epoch(study, t, worker)
-        take(worker)
+        if turnaround > 0:
+            push(now + turnaround, "free", (worker,))
+        else:
+            take(worker)
     wall = now
     return SimResult(
         wall_seconds=wall,

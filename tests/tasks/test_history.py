@@ -77,6 +77,7 @@ def test_a_trial_start_is_a_design_points_until_the_optimizer_has_its_initial_re
     study = db.add(region, space.to_json(), None, [0.01, 0.02, 0.01, 0.03, 0.01, 0.2, 0.4])
     gaps = median_gaps(db, [study])
     assert (gaps.start, gaps.start_model) == (0.01, pytest.approx(0.3))
+    assert gaps.turnaround == 0.0  # every hop's message came after its worker's last hop
     assert design_left(db, space, None, minimize=True, select="best") == 6
     assert design_left(db, space, None, minimize=True, select="best", told=4) == 2
 
@@ -93,3 +94,17 @@ def test_a_trial_start_is_a_design_points_until_the_optimizer_has_its_initial_re
 
     # a fixed configuration (no space) proposes nothing
     assert design_left(db, None, None, minimize=True, select="best") is None
+
+
+def test_a_workers_turnaround_is_counted_where_its_next_hops_message_waited(region) -> None:
+    space = parse_space(region["space"], "space")
+    db = History()
+    study = db.add(region, space.to_json(), None, [0.01, 0.01, 0.01])
+    hops = db.hop_rows[study["id"]]
+    # the messages of hops 2 and 3 were waiting while hops 1 and 2 ran: their gaps count
+    hops[2]["queued_at"] = hops[1]["started_at"]
+    hops[3]["queued_at"] = hops[1]["finished_at"]
+    assert median_gaps(db, [study]).turnaround == pytest.approx(0.01)
+    hops[3]["started_at"] += timedelta(seconds=0.02)  # 0.03 s after hop 2
+    hops[3]["finished_at"] += timedelta(seconds=0.02)
+    assert median_gaps(db, [study]).turnaround == pytest.approx(0.02)

@@ -165,6 +165,17 @@ def test_a_trial_the_optimizers_model_proposes_starts_start_model_seconds_after(
         assert fixed.wall_seconds == (0.25 + 1.0) + 2 * (0.5 + 1.0) + 0.25
 
 
+def test_a_worker_turns_around_after_each_hop_before_its_next_task() -> None:
+    study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=2, parallel=2,
+                     epochs=1)
+    assert simulate([study], 1).wall_seconds == 2.0
+    # trial 1's hop waits from 0 s; the worker takes it half a second after trial 0's hop,
+    # then both tune_steps (with no slot left to fill) after trial 1's
+    result = simulate([study], 1, turnaround=0.5)
+    assert result.wall_seconds == 1.0 + 0.5 + 1.0 + 0.5
+    assert result.busy_share == {"w0": 2.0 / 3.0}  # hops only
+
+
 def test_a_study_s_first_trials_wait_for_its_first_tune_step() -> None:
     study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=3, parallel=2, epochs=1)
     result = simulate([study], 1, start=0.5, head=2.0)
