@@ -46,8 +46,14 @@ def health_sections(db: StudyDB, settings: Settings, regions: list[str]
     records = WorkerRecords(db)
     alive = live_after()
     now = utcnow()
+    def state(w: dict[str, Any]) -> str:
+        if w["heartbeat_at"] <= alive:
+            return "gone"
+        # its imports and shards still loading: its first tasks wait for them
+        return "warming up" if (w["info"] or {}).get("warm") is False else "live"
+
     workers = [{"worker": w["name"], "process": w["id"].rsplit("/", 2)[-2],
-                "state": "live" if w["heartbeat_at"] > alive else "gone",
+                "state": state(w),
                 "heartbeat": f"{(now - w['heartbeat_at']).total_seconds():.0f} s ago",
                 "shards": ",".join(f"{r}:{k}" for r, k in w["shards"] or [])}
                for w in records.all() if not (w["info"] or {}).get("retired")]

@@ -145,3 +145,19 @@ def test_a_workers_warm_up_loads_what_its_first_tune_step_and_validation_import(
     out = subprocess.run([sys.executable, "-c", WARM_UP], capture_output=True, text=True,
                          check=True, timeout=120).stdout.split()
     assert out == ["[]", "True", "True"]
+
+
+def test_status_says_which_live_workers_are_still_warming_up(rt) -> None:
+    from hoptune.tasks._status import health_sections
+    from hoptune.tuner import WorkerRecords
+
+    records = WorkerRecords(rt.db)
+    for name, info in (("cold", {"warm": False}), ("warm", {"warm": True}), ("old", {})):
+        records.register(f"{name}@h/1/x", name=f"{name}@h", host="h", pid=1, shards=[],
+                         info=info)
+    (section,) = [s for s in health_sections(rt.db, rt.settings, []) if "heartbeat" in s[0]]
+    assert {w["worker"]: w["state"] for w in section[1]} == {
+        "cold@h": "warming up", "warm@h": "live", "old@h": "live"}
+    records.beat("cold@h/1/x", {"warm": True})
+    (section,) = [s for s in health_sections(rt.db, rt.settings, []) if "heartbeat" in s[0]]
+    assert {w["worker"]: w["state"] for w in section[1]}["cold@h"] == "live"
