@@ -55,3 +55,22 @@ def test_a_stopped_worker_s_hops_keep_the_class_of_the_process_that_ran_them(mak
     assert keys == ["small", "small", "large", "large"]
     # retired processes are history, not heartbeats to show
     assert not [s for s in health_sections(rt.db, rt.settings, []) if "heartbeat" in s[0]]
+
+
+def test_a_models_parameter_count_is_built_once_a_process(make_config, rt) -> None:
+    import numpy as np
+
+    from hoptune.tasks._costs import _parameter_count
+
+    region = load_config(make_config()).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = {"region_config": region.model_dump(mode="json"), "manifest": manifest}
+    _parameter_count.cache_clear()
+    small = parameter_count(study, {**region.params, "embedding_dim": 4})
+    large = parameter_count(study, {**region.params, "embedding_dim": 8})
+    assert small < large and _parameter_count.cache_info().misses == 2
+    # the same params again, in another order or as numpy scalars: no second build
+    again = {"embedding_dim": np.int64(8), **{k: v for k, v in region.params.items()
+                                              if k != "embedding_dim"}}
+    assert parameter_count(study, again) == large
+    assert _parameter_count.cache_info().misses == 2
