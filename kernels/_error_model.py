@@ -104,6 +104,7 @@ class ErrorModel:
         self.dtype = dtype
         self.eps = info.eps
         self.tiny = info.smallest_normal * info.eps
+        self.smallest_normal = info.smallest_normal
 
     def input(self, tensor: torch.Tensor, spread: torch.Tensor | None = None) -> Bounded:
         """One side's input; the other's is within ``spread`` of it (bitwise equal if None)."""
@@ -205,12 +206,22 @@ class ErrorModel:
         return self._round(value, error, spread, rounding)
 
     def exp(self, x: Bounded, rounding: Rounding = EXP) -> Bounded:
-        """|exp a - exp b| <= exp(max(a, b)) * (1 - exp(-|a - b|))."""
+        """|exp a - exp b| <= exp(max(a, b)) * (1 - exp(-|a - b|)).
+
+        Where the result may lie below the smallest normal number, either side may
+        also return anything from zero to that number: CUDA's single-precision
+        ``expf`` goes through a flush-to-zero power of two, so a subnormal result
+        may come back as zero, while a CPU returns the subnormal (on an H100 the
+        scaled sigmoid kernel at x = -100, scale 4, differed from torch by
+        1.5e-43 = 4 exp(-100)).
+        """
         value = torch.exp(x.value)
         error = torch.where(x.error > 0, value * torch.expm1(x.error), 0.0)
         top = torch.exp(x.value + x.error)
         spread = torch.where(x.spread > 0, top * -torch.expm1(-x.spread), 0.0)
-        return self._round(value, error, spread, rounding)
+        out = self._round(value, error, spread, rounding)
+        flushed = torch.where(value - out.error < self.smallest_normal, self.smallest_normal, 0.0)
+        return Bounded(value, out.error + flushed, out.spread + flushed)
 
     def maximum(self, x: Bounded, y: Bounded) -> Bounded:
         """Exact; |max(a, b) - max(c, d)| <= max(|a - c|, |b - d|)."""

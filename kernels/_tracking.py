@@ -124,7 +124,8 @@ class BoundTracker:
         }
         spreads = {
             name: torch.cat([
-                sp[name].reshape(-1) if name in sp else torch.zeros(i["param"].numel())
+                sp[name].reshape(-1) if name in sp else torch.zeros(i["param"].numel(),
+                                                                  device=i["param"].device)
                 for i, (_, _, sp) in zip(inputs, members, strict=True)
             ]).double()
             for name in inputs[0]

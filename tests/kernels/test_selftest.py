@@ -294,3 +294,44 @@ def test_timing_a_kernel_against_the_torch_path(spec, host_kernels) -> None:
     ours, theirs = kernels.time_against_torch(spec, torch.device("cpu"), size=4096, repeats=2,
                                               launch=host_kernels.launch)
     assert ours > 0 and theirs > 0
+
+
+@pytest.mark.parametrize("spec", _specs.ALL, ids=lambda s: s.name)
+def test_a_self_tests_bounds_are_computed_on_the_device_of_what_it_checks(spec) -> None:
+    """On the meta device a tensor made elsewhere along the way is an error, as on a GPU.
+
+    The cohort SGD's bound once made the rows of its untouched momentum buffers on the
+    CPU: on an H100 its self-test failed with a device mismatch and every cohort SGD step
+    fell back to torch, while the CPU tests passed.
+    """
+    meta = torch.device("meta")
+
+    def leave_as_is(spec, dtype, device, args, size) -> None:  # noqa: ANN001 - a launcher
+        assert device == meta
+
+    checks = list(_selftest.CASES[spec.name](meta, leave_as_is))
+    assert checks
+    for check in checks:
+        assert _selftest._bound(check).device == meta, (check.kernel, check.output)
+
+
+def test_a_kernel_may_flush_a_subnormal_exponential_to_zero(host_kernels) -> None:
+    """CUDA's float32 exp flushes a subnormal result to zero (seen on an H100: the scaled
+    sigmoid at x = -100 gave 0 where torch gave 4 exp(-100) = 1.5e-43): within the bound.
+    A wrong result of normal size there, or a flush where the result is normal, is not."""
+    def flushing(spec, dtype, device, args, size) -> None:  # noqa: ANN001
+        host_kernels.launch(spec, dtype, device, args, size)
+        out = args["y"] if "y" in args else args["grad_x"]
+        if out.dtype == torch.float32:
+            out[out.abs() < torch.finfo(torch.float32).smallest_normal] = 0.0
+
+    for spec in (_specs.SCALED_SIGMOID, _specs.SCALED_SIGMOID_GRAD):
+        assert run_self_test(spec, torch.device("cpu"), launch=flushing).passed
+
+    def flushing_too_much(spec, dtype, device, args, size) -> None:  # noqa: ANN001
+        host_kernels.launch(spec, dtype, device, args, size)
+        y = args["y"]
+        y[y.abs() < 1e-30] = 0.0  # normal float32 results (down to 1.2e-38) lost
+
+    result = run_self_test(_specs.SCALED_SIGMOID, torch.device("cpu"), launch=flushing_too_much)
+    assert not result.passed
