@@ -145,13 +145,23 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL", "HOPTUNE_BROKER_URL"):
         os.environ.pop(key, None)
     device = torch.device("cuda", torch.cuda.current_device())
+    from hoptune.tasks._broker import EmbeddedRedis
+
+    # one embedded broker for both clusters: this process's Celery app keeps pooled
+    # connections to it, which a second server on the same socket would break
+    broker = EmbeddedRedis(home).start()
     try:
         path = fused_adamw_path(device)
         copy_gbps = copy_bandwidth(device)
         adamw = adamw_seconds(device)
-        hops = {kind: hop_parts(home, [kind, kind], args.rows_per_shard, args.epochs)
-                for kind in (str(device), "cpu")}
+        print(f"AdamW ({path}), copy {copy_gbps:.1f} GB/s: {json.dumps(adamw)}",
+              file=sys.stderr, flush=True)
+        hops = {}
+        for kind in (str(device), "cpu"):
+            hops[kind] = hop_parts(home, [kind, kind], args.rows_per_shard, args.epochs)
+            print(f"hop on {kind}: {json.dumps(hops[kind])}", file=sys.stderr, flush=True)
     finally:
+        broker.stop()
         shutil.rmtree(home, ignore_errors=True)
     figures = summary(device, path, copy_gbps, adamw, hops)
     write_section("gpu", report(device, path, copy_gbps, adamw, hops, args))
