@@ -335,3 +335,27 @@ def test_a_kernel_may_flush_a_subnormal_exponential_to_zero(host_kernels) -> Non
 
     result = run_self_test(_specs.SCALED_SIGMOID, torch.device("cpu"), launch=flushing_too_much)
     assert not result.passed
+
+
+def test_a_launchs_tensors_are_checked_end_to_end_and_none_is_left_out() -> None:
+    """The self-test compares a launch's tensors joined into one check per output: a
+    difference in its smallest tensor alone still fails it, and the tensors agree
+    element by element where nothing differs."""
+    from hoptune.kernels.reference import SGDScalars
+
+    scalars = SGDScalars.for_group(lr=0.01, weight_decay=0.0, momentum=0.0, dampening=0.0)
+    state = [_selftest._inputs(torch.device("cpu"), torch.float32, 6),
+             _selftest._inputs(torch.device("cpu"), torch.float32, 7), [None] * 3]
+    want = [[None if t is None else t.clone() for t in role] for role in state]
+    for p, g, _ in zip(*want, strict=True):
+        kernels.reference.sgd_step_(p, g, None, scalars, nesterov=False, first_step=False)
+    options = {"scalars": scalars, "nesterov": False, "first_step": False, "maximize": False}
+    got = [[None if t is None else t.clone() for t in role] for role in want]
+    checks = list(_selftest._checks("ht_sgd", _selftest._SGD_ROLES, ("param",), state, got,
+                                    want, options))
+    assert [c.got.numel() for c in checks] == [sum(_selftest.SIZES)]
+    assert _selftest.agreement(checks[0]) == (0.0, 0.0)
+    got[0][2][-1] += 1e-3  # the last element of the last tensor (7 elements)
+    checks = list(_selftest._checks("ht_sgd", _selftest._SGD_ROLES, ("param",), state, got,
+                                    want, options))
+    assert _selftest.agreement(checks[0])[1] > 1
