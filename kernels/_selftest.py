@@ -266,7 +266,7 @@ def _sgd(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
                     yield from _checks("ht_sgd", _SGD_ROLES, outputs, state, got, want, options)
 
 
-_SCALE_COEF = 0.37  # a host float: the bound reads it without a device synchronisation
+_SCALE_COEF = 0.37  # the check's options hold it as a host float, read on any device
 
 
 def _scale(device: torch.device, launch: Launcher | None) -> Iterator[Check]:

@@ -316,9 +316,9 @@ def test_a_self_tests_bounds_are_computed_on_the_device_of_what_it_checks(spec) 
 
 
 def test_a_kernel_may_flush_a_subnormal_exponential_to_zero(host_kernels) -> None:
-    """CUDA's float32 exp flushes a subnormal result to zero (seen on an H100: the scaled
-    sigmoid at x = -100 gave 0 where torch gave 4 exp(-100) = 1.5e-43): within the bound.
-    A wrong result of normal size there, or a flush where the result is normal, is not."""
+    """CUDA's float32 exp may flush a subnormal result to zero (on an H100 the scaled
+    sigmoid kernel at x = -100 differed from torch by 4 exp(-100) = 1.5e-43): within the
+    bound. Flushing results of normal size (down to 1e-30) is not."""
     def flushing(spec, dtype, device, args, size) -> None:  # noqa: ANN001
         host_kernels.launch(spec, dtype, device, args, size)
         out = args["y"] if "y" in args else args["grad_x"]
