@@ -4,7 +4,10 @@ N trials of one region whose models can be made the same shape train as one
 model: each parameter (and buffer) of the N models is stacked along a new
 leading trial axis, and the family's loss runs once for all of them through
 ``torch.func`` (``vmap`` over ``functional_call`` of a shape-only template on
-the meta device), each trial on its own batch. The gradient of the summed
+the meta device), each trial on its own batch. ``rating_mf`` has its stacked
+loss written out (``stacked_rating_losses``: the same operations on each
+trial's rows, without vmap's and the module calls' overhead per step, which
+on the CPU cost more than a cohort's arithmetic). The gradient of the summed
 per-trial losses with respect to trial i's slice is trial i's own gradient
 (the trials share no parameter), so a cohort optimizer
 (``kernels.CohortAdamW``/``CohortSGD``) steps every trial as it would alone.
@@ -59,6 +62,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from hoptune.regions._families import OPTIMIZER_PARAMS, Family
+from hoptune.regions._models import stacked_rating_losses
 
 __all__ = ["FusedModel", "Unfusable", "cohort_key", "fuse", "log_unfused"]
 
@@ -70,6 +74,17 @@ _PADDED = {"rating_mf": ("embedding_dim",), "mlp": ("hidden",)}
 #: fused model carries per trial as buffers (module attribute -> hyperparameter).
 _PER_TRIAL = {"rating_mf": {"reg": "reg"}}
 _PREFIX = "model."
+
+
+def _rating_losses(template: nn.Module, params: Mapping[str, torch.Tensor],
+                   buffers: Mapping[str, torch.Tensor], batch: dict[str, torch.Tensor]
+                   ) -> torch.Tensor:
+    return stacked_rating_losses(template, dict(params), buffers["reg"], batch)
+
+
+#: Built-in families whose stacked loss is written out (no vmap, no module calls per step:
+#: on the CPU those cost more than a cohort's arithmetic), bit for bit the vmapped loss.
+_STACKED = {"rating_mf": _rating_losses}
 
 _logged: set[tuple[str, str]] = set()
 
@@ -161,6 +176,7 @@ class FusedModel:
             self.buffers[attribute] = torch.tensor(values, dtype=torch.float64).to(
                 like.device, like.dtype)
         self._loss = _LossOf(family, template)
+        self._stacked = _STACKED.get(family.name)
         # functional_call unties shared tensors on every call (walking the modules): only a
         # template that shares a parameter or buffer between two names needs it
         self._tied = any(
@@ -175,6 +191,8 @@ class FusedModel:
 
     def losses(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The N trials' losses of batch (tensors stacked along axis 0, one row per trial)."""
+        if self._stacked is not None:
+            return self._stacked(self._loss.model, self.params, self.buffers, batch)
         return self._batched(self.params, self.buffers, batch)
 
     def parameters(self) -> list[torch.Tensor]:

@@ -76,9 +76,11 @@ def iter_stacked_batches(
     """
     rows, device = _rows(data, batch_size)
     orders = torch.stack([torch.randperm(rows, generator=g) for g in generators]).to(device)
+    trials = len(generators)
     for start in range(0, rows, batch_size):
-        chosen = orders[:, start : start + batch_size]
-        yield {name: tensor[chosen] for name, tensor in data.items()}
+        chosen = orders[:, start : start + batch_size].reshape(-1)  # one contiguous index
+        yield {name: tensor.index_select(0, chosen).view(trials, -1, *tensor.shape[1:])
+               for name, tensor in data.items()}
 
 
 def _load(store: Store, manifest: dict[str, Any], key: str) -> dict[str, torch.Tensor]:
