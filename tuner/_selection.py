@@ -9,10 +9,16 @@ Multi-fidelity: a pruned trial's metric comes from fewer epochs than a
 finished one's, so it is not a sample of what the Gaussian process models
 (the metric a configuration reaches with its whole budget). The pruner judged
 it outside the best ``1/reduction_factor`` at its rung; the optimizer is told
-exactly that much: a pruned trial counts as no better than the worst finished
-trial (the worse of its own metric and that one), or, before any trial has
-finished, than the worst metric recorded so far. Its early metric never
-stands beside finished ones as if it were final.
+that much: a pruned trial counts as no better than the worst finished trial
+(the worse of its own metric and that one), so its early metric never stands
+beside finished ones as if it were final. Before any trial has finished it
+tells its own metric: training lowers a trial's metric epoch by epoch, so an
+early metric already ranks the trial no better than it would have ended, and
+pruned trials keep their order among themselves. (Telling them all the worst
+metric recorded, as hoptune once did, left the model one flat value for
+most of a study: with 8 epochs and rungs at 1 and 3, the first trial of a
+16-trial study to finish ended after most trials had been proposed, and a
+trial at 0.82 after 3 epochs told the same as one that diverged.)
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ def told(trials: list[dict[str, Any]], names: Iterable[str], *, minimize: bool, 
     worse = max if minimize else min
     scored = [(t, trial_metric(t, select)) for t in trials if t["state"] in ("done", "pruned")]
     scored = [(t, v) for t, v in scored if v is not None]
-    finished = [v for t, v in scored if t["state"] == "done"]
-    floor = worse(finished or [v for _, v in scored], default=None)
+    floor = worse((v for t, v in scored if t["state"] == "done"), default=None)
     return [({k: t["params"][k] for k in names},
-             v if t["state"] == "done" else worse(v, floor)) for t, v in scored]
+             v if t["state"] == "done" or floor is None else worse(v, floor))
+            for t, v in scored]

@@ -34,6 +34,8 @@ def test_a_pruned_trial_is_told_no_better_than_the_worst_finished_one() -> None:
                       ({"lr": 0.4}, 1.2)]
 
 
-def test_before_any_trial_finished_pruned_ones_share_the_worst_recorded_metric() -> None:
-    trials = [_trial("pruned", 0.1, 0.5, 0.5), _trial("pruned", 0.2, 0.8, 0.8)]
-    assert [v for _, v in told(trials, ["lr"], minimize=True, select="best")] == [0.8, 0.8]
+def test_before_any_trial_finished_pruned_ones_tell_their_own_metrics_in_their_order() -> None:
+    trials = [_trial("pruned", 0.1, 0.5, 0.5), _trial("pruned", 0.2, 0.8, 0.8),
+              _trial("running", 0.3, 0.1, 0.1)]
+    assert [v for _, v in told(trials, ["lr"], minimize=True, select="best")] == [0.5, 0.8]
+    assert [v for _, v in told(trials, ["lr"], minimize=False, select="last")] == [0.5, 0.8]
