@@ -11,7 +11,10 @@ model), one search space, one budget (``--trials`` trials of up to
   seconds to the first hop;
 - Optuna in-process (TPE sampler, successive-halving pruner reporting every
   epoch) on the same model, data, space and budget, for the one region and
-  for the 10 regions one after another;
+  for the 10 regions one after another. Its steps are epochs counted from 1,
+  as hoptune's rungs count them, so both prune after the same epochs (the
+  1st and 3rd); steps counted from 0 would put Optuna's rungs a whole epoch
+  later than hoptune's;
 - random search in-process (Optuna's random sampler, no pruning).
 
 Each reports wall time, epochs trained and the best final validation metric
@@ -191,7 +194,7 @@ def _in_process(home: Path, region_name: str, trials: int, epochs: int, *, tpe: 
             metric = float(family.evaluate(model, validation))
             if not math.isfinite(metric):
                 return metric
-            trial.report(metric, epoch)
+            trial.report(metric, epoch + 1)  # epochs count from 1, as hoptune's rungs do
             if tpe and trial.should_prune():
                 raise optuna.TrialPruned
         return metric
@@ -348,7 +351,8 @@ Synthetic ratings regions of {f['rows']:,} rows, the rating model, the same spac
 (lr, embedding_dim, reg) and budget ({f['trials']} trials of up to {f['epochs']} epochs) for
 every method. hoptune: 2 shards per region, 2 local workers (`hoptune up`), parallel 4,
 asynchronous successive halving (reduction factor 3). Optuna: TPE and its
-successive-halving pruner (reduction factor 3), in one process on the whole training set;
+successive-halving pruner (reduction factor 3, epochs reported from 1 so that its rungs
+fall after the same epochs as hoptune's), in one process on the whole training set;
 random search: Optuna's random sampler, no pruning, in one process. The in-process runs
 include their own ingest of the data.
 
