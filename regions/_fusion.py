@@ -79,11 +79,12 @@ _PREFIX = "model."
 def _rating_losses(template: nn.Module, params: Mapping[str, torch.Tensor],
                    buffers: Mapping[str, torch.Tensor], batch: dict[str, torch.Tensor]
                    ) -> torch.Tensor:
-    return stacked_rating_losses(template, dict(params), buffers["reg"], batch)
+    return stacked_rating_losses(template, params, buffers["reg"], batch)
 
 
 #: Built-in families whose stacked loss is written out (no vmap, no module calls per step:
-#: on the CPU those cost more than a cohort's arithmetic), bit for bit the vmapped loss.
+#: on the CPU those cost more than a cohort's arithmetic), each trial's loss bit for bit
+#: its family loss alone.
 _STACKED = {"rating_mf": _rating_losses}
 
 _logged: set[tuple[str, str]] = set()

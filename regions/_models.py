@@ -7,6 +7,7 @@ hyperparameters, the ingest's meta and torch's global RNG state.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -159,8 +160,8 @@ def squared_norms(users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
     return _dot(users, users) + _dot(items, items)
 
 
-def stacked_rating_losses(model: RatingMF, params: dict[str, torch.Tensor], reg: torch.Tensor,
-                          batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def stacked_rating_losses(model: RatingMF, params: Mapping[str, torch.Tensor],
+                          reg: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """The training losses of K rating models stacked along a leading trial axis.
 
     ``params`` holds each of ``model``'s parameters as ``(K, *shape)`` (``model``

@@ -1,12 +1,14 @@
 """A cohort trains as its members would alone: the fused pass against train_pass.
 
 The bound, derived: for rating_mf the fused arithmetic is the single-trial
-arithmetic. The forward gathers each trial's embedding rows and multiplies
-them elementwise; the padded coordinates add exact zeros (x + 0 == x) to the
-same dot products, and vmap runs the same per-row reductions over each trial's
-own batch, in the same order; the gradient of sum(losses) reaches each loss
-with the factor 1.0 (exact); the cohort optimizers run each trial's
-single-trial operations with its own scalars (tests/kernels/test_cohort.py).
+arithmetic. The stacked loss (regions._models.stacked_rating_losses) gathers
+each trial's embedding rows and multiplies them elementwise; the padded
+coordinates add exact zeros (x + 0 == x) to the same dot products, and each
+trial's errors and norms are reduced over its own batch's row, in the same
+order (tests/regions/test_models.py compares those pieces bit for bit); the
+gradient of sum(losses) reaches each loss with the factor 1.0 (exact); the
+cohort optimizers run each trial's single-trial operations with its own
+scalars (tests/kernels/test_cohort.py).
 So the error bound is zero: weights, optimizer states, losses and metrics must
 be bitwise equal. (The MLP's batched matrix products may sum in another order
 than the unbatched ones; its test bounds what the cohort changes instead: the
