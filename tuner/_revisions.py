@@ -17,12 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, func, inspect, select, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -31,11 +27,20 @@ from hoptune.core import SchemaError
 from hoptune.tuner._engine import database_error, make_engine, safe_url
 from hoptune.tuner._schema import metadata
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
 __all__ = ["MIGRATIONS", "Revisions", "open_schema", "schema_revisions", "upgrade_schema",
            "upgrade_schema_sql"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 BASELINE = "0001"  # the schema create_all made before migrations; a legacy database is this
+#: The newest revision in MIGRATIONS, which every process's open compares the database's
+#: with: a constant, so that opening a current database imports no Alembic (about a
+#: third of a second of a command's start). tests/tuner/test_migrations.py holds it
+#: equal to Alembic's head; a new migration changes it.
+HEAD = "0003"
 VERSION_TABLE = "alembic_version"
 LOCK_KEY = 0x686F7074756E65  # "hoptune": PostgreSQL's advisory lock for schema changes
 UPGRADE = "run `hoptune db upgrade`"
@@ -79,12 +84,21 @@ class Revisions:
 
 @functools.cache
 def _scripts(location: Path) -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory(str(location))
+
+
+def _head(location: Path) -> str:
+    """The newest revision of the migrations at ``location``."""
+    return HEAD if location == MIGRATIONS else _scripts(location).get_current_head()
 
 
 def _config(location: Path, *, connection: Connection | None = None, url: str | None = None,
             out: TextIO | None = None) -> Config:
     """Alembic's configuration, made here: users need no alembic.ini."""
+    from alembic.config import Config
+
     config = Config(output_buffer=out)
     config.set_main_option("script_location", str(location))
     if url is not None:
@@ -94,8 +108,7 @@ def _config(location: Path, *, connection: Connection | None = None, url: str | 
 
 
 def _look(conn: Connection, url: str, location: Path) -> Revisions:
-    scripts = _scripts(location)
-    head = scripts.get_current_head()
+    head = _head(location)
     names = set(inspect(conn).get_table_names())
     found = None
     state: State
@@ -106,7 +119,7 @@ def _look(conn: Connection, url: str, location: Path) -> Revisions:
     elif found == head:
         state = "current"
     else:
-        known = {script.revision for script in scripts.walk_revisions()}
+        known = {script.revision for script in _scripts(location).walk_revisions()}
         state = "behind" if found in known else "ahead"
     return Revisions(url, found, head, state)
 
@@ -129,6 +142,8 @@ def open_schema(engine: Engine, url: str, *, create: bool = True) -> None:
     with engine.connect() as conn, _locked(conn):
         found = _look(conn, url, MIGRATIONS)
         if found.state == "empty" and create:
+            from alembic.runtime.migration import MigrationContext
+
             metadata.create_all(conn)
             MigrationContext.configure(conn).stamp(_scripts(MIGRATIONS), "head")
         elif found.state not in ("current", "empty"):
@@ -140,7 +155,7 @@ def schema_revisions(url: str, *, location: Path = MIGRATIONS) -> Revisions:
     if url.startswith("sqlite"):
         database = make_url(url).database
         if database and database != ":memory:" and not Path(database).exists():
-            return Revisions(url, None, _scripts(location).get_current_head(), "empty")
+            return Revisions(url, None, _head(location), "empty")
     engine = make_engine(url)
     try:
         with engine.connect() as conn, conn.begin():
@@ -166,6 +181,8 @@ def upgrade_schema(url: str, *, location: Path = MIGRATIONS, target: str = "head
             before = _look(conn, url, location)
             if before.state == "ahead":
                 raise SchemaError(before.refusal())
+            from alembic import command
+
             config = _config(location, connection=conn)
             if before.state == "legacy":
                 _check_baseline(conn, url, location)
@@ -191,6 +208,8 @@ def upgrade_schema_sql(url: str, out: TextIO, *, location: Path = MIGRATIONS) ->
         out.write(f"-- study database {safe_url(url)} is at revision {found.head}: "
                   f"nothing to do\n")
         return found
+    from alembic import command
+
     config = _config(location, url=url, out=out)
     start = found.database
     if found.state == "legacy":
@@ -212,6 +231,8 @@ def _shape(conn: Connection, tables: set[str] | None = None) -> dict[str, set[st
 @functools.cache
 def _baseline_shape(location: Path) -> dict[str, set[str]]:
     """The baseline's tables and columns, as its migration makes them (in memory)."""
+    from alembic import command
+
     engine = create_engine("sqlite://")
     with engine.begin() as conn:
         command.upgrade(_config(location, connection=conn), BASELINE)

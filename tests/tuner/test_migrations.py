@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection, make_url
 
 from hoptune.core import SchemaError
 from hoptune.tuner import StudyDB, metadata, schema_revisions, upgrade_schema
-from hoptune.tuner._revisions import BASELINE, LOCK_KEY, MIGRATIONS, _config
+from hoptune.tuner._revisions import BASELINE, HEAD, LOCK_KEY, MIGRATIONS, _config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REVISION_DATA = FIXTURES / "revisions"
@@ -125,6 +125,20 @@ def hoptune(*args: str, url: str, cwd: Path) -> subprocess.CompletedProcess[str]
 def test_the_revisions_are_one_line_from_the_baseline() -> None:
     assert SCRIPTS.get_bases() == [BASELINE]
     assert len(SCRIPTS.get_heads()) == 1, "two revisions share a parent: renumber one"
+
+
+def test_the_head_every_open_compares_with_is_alembics_head() -> None:
+    assert HEAD == SCRIPTS.get_current_head()
+
+
+def test_opening_a_current_database_imports_no_alembic(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    StudyDB(url).dispose()  # made at the newest revision (this one stamps with Alembic)
+    code = ("import sys; from hoptune.tuner import StudyDB; db = StudyDB(sys.argv[1]); "
+            "db.latest_study('north'); print('alembic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_every_later_revision_has_its_data_fixture() -> None:
