@@ -1,0 +1,47 @@
+"""bench/e2e.py's verdicts: means over the seeds, first-hop medians, ratios of the means."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.e2e import METHODS, _home, _summary, _table
+
+
+def _seed(seed: int, wall: float, best: float, first_hop: float) -> dict:
+    run: dict = {"seed": seed, "first_hop_warm_s": first_hop, "first_hop_cold_s": 4 * first_hop}
+    for method, field in METHODS:
+        run[method] = {"wall_s": wall, "epochs": 10 * (seed + 1), field: best}
+    run["hoptune_fused"]["fuse"] = 4
+    run["optuna"]["wall_s"] = run["optuna_nightly"]["wall_s"] = wall + 1.0
+    return run
+
+
+def test_the_verdicts_compare_means_over_seeds_and_median_first_hops() -> None:
+    runs = [_seed(0, 1.0, 0.8, 0.5), _seed(1, 2.0, 0.7, 3.0), _seed(2, 6.0, 0.9, 1.0)]
+    f = _summary(runs)
+    assert f["hoptune"] == {"wall_s": 3.0, "epochs": 20.0, "best": 0.8}
+    assert f["nightly"] == {"wall_s": 3.0, "epochs": 20.0, "mean_best": 0.8}
+    assert f["hoptune_fused"]["fuse"] == 4
+    # medians: one slow start among three does not decide the verdict, nor hide in a mean
+    assert f["first_hop_warm_s"] == 1.0
+    assert f["first_hop_cold_s"] == 4.0
+    # the ratios are of the means (3 s over 4 s), not the mean of the seeds' ratios (0.675)
+    assert f["study_vs_optuna"] == 0.75
+    assert f["regions10_vs_optuna"] == 0.75
+    assert f["fused_study_vs_optuna"] == 0.75
+
+
+def test_the_table_gives_every_seeds_figure_and_the_mean() -> None:
+    runs = [_seed(0, 1.0, 0.8, 0.5), _seed(1, 2.0, 0.7, 3.0)]
+    f = {**_summary(runs), "runs": runs, "regions": 10}
+    rows = _table(f).splitlines()
+    assert len(rows) == len(METHODS)
+    assert rows[0] == ("| `hoptune tune`, warm workers | 1.00, 2.00 (**1.50**) | 10, 20 (**15**) | "
+                       "0.8000, 0.7000 (**0.7500**) |")
+    assert "`fuse = 4`" in rows[1]
+
+
+def test_each_seed_sets_hoptunes_seed_and_fuse(tmp_path: Path) -> None:
+    home = _home(tmp_path / "h", ["a"], trials=4, epochs=2, data=tmp_path, seed=2, fuse=3)
+    text = (home / "hoptune.toml").read_text()
+    assert "\nseed = 2\n" in text and "\nfuse = 3\n" in text and "[regions.a]" in text
