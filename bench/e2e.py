@@ -23,8 +23,8 @@ in a fresh home of its own (no study warm-starts from another seed's):
 
 Each reports wall time, epochs trained and the best final validation metric
 (the best finished trial's last epoch). One seed's best metric is one draw: on
-these regions Optuna's 10-region mean best moved from 0.775 to 0.830 between
-seeds, more than any difference between the tuners, so the verdicts compare
+these regions Optuna's 10-region mean best moved from 0.775 to 0.837 between
+seeds, more than the two tuners' means differ, so the verdicts compare
 means over the seeds (the first-hop seconds: medians), and every seed's
 figures are written out. Needs the ``bench`` extra (optuna).
 
