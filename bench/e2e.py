@@ -103,12 +103,13 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
-def _hoptune(home: Path, *args: str) -> float:
-    """Run a ``hoptune`` command to its end; returns the wall-clock time it started."""
+def _timed(home: Path, regions: list[str], *args: str) -> tuple[float, float, list[dict]]:
+    """Run a ``hoptune`` command to its end: the wall-clock time it started, its seconds, and
+    the latest study of each of ``regions`` (``_studies``)."""
     started = time.time()
     subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", *args], env=_env(home),
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return started
+    return started, time.time() - started, _studies(home, regions)
 
 
 def _studies(home: Path, regions: list[str]) -> list[dict]:
@@ -252,34 +253,27 @@ def _one_seed(root: Path, names: list[str], single: str, night: list[str], data:
     f: dict = {"seed": seed}
     warm = _home(root / f"warm{seed}", names, args.trials, args.epochs, data, seed)
     with _workers(warm):
-        started = _hoptune(warm, "tune", single, "--no-progress")
-        tune_wall = time.time() - started
-        (solo,) = _studies(warm, [single])
+        started, wall, (solo,) = _timed(warm, [single], "tune", single, "--no-progress")
         f["first_hop_warm_s"] = round(solo["first_hop"] - started, 3)
         f["first_hop_warm_parts"] = _parts(solo, started)
-        f["hoptune"] = {"wall_s": round(tune_wall, 2), "epochs": solo["epochs"],
+        f["hoptune"] = {"wall_s": round(wall, 2), "epochs": solo["epochs"],
                         "best": solo["best"]}
-
-        started = _hoptune(warm, "nightly", "--regions", ",".join(night), "--no-progress")
-        nightly_wall = time.time() - started
-        studies = _studies(warm, night)
-        f["nightly"] = {"wall_s": round(nightly_wall, 2),
-                        "epochs": sum(s["epochs"] for s in studies),
+        _, wall, studies = _timed(warm, night, "nightly", "--regions", ",".join(night),
+                                  "--no-progress")
+        f["nightly"] = {"wall_s": round(wall, 2), "epochs": sum(s["epochs"] for s in studies),
                         "mean_best": sum(s["best"] for s in studies) / len(studies)}
 
     fused = _home(root / f"fused{seed}", names, args.trials, args.epochs, data, seed,
                   args.fuse)
     with _workers(fused):
-        started = _hoptune(fused, "tune", single, "--no-progress")
-        wall = time.time() - started
-        (study,) = _studies(fused, [single])
+        _, wall, (study,) = _timed(fused, [single], "tune", single, "--no-progress")
     f["hoptune_fused"] = {"wall_s": round(wall, 2), "epochs": study["epochs"],
                           "best": study["best"], "fuse": args.fuse}
 
     # cold: no Redis, no workers, the region's data not yet ingested
     cold = _home(root / f"cold{seed}", names, args.trials, args.epochs, data, seed)
-    started = _hoptune(cold, "tune", single, "--local-workers", "2", "--no-progress")
-    (first,) = _studies(cold, [single])
+    started, _, (first,) = _timed(cold, [single], "tune", single, "--local-workers", "2",
+                                  "--no-progress")
     f["first_hop_cold_s"] = round(first["first_hop"] - started, 3)
     f["first_hop_cold_parts"] = _parts(first, started)
 
