@@ -12,9 +12,9 @@ it outside the best ``1/reduction_factor`` at its rung; the optimizer is told
 that much: a pruned trial counts as no better than the worst finished trial
 (the worse of its own metric and that one), so its early metric never stands
 beside finished ones as if it were final. Before any trial has finished it
-tells its own metric: training lowers a trial's metric epoch by epoch, so an
-early metric already ranks the trial no better than it would have ended, and
-pruned trials keep their order among themselves. (Telling them all the worst
+tells its own metric: training usually improves a trial's metric epoch by
+epoch, so an early metric seldom ranks the trial better than it would have
+ended, and pruned trials keep their order among themselves. (Telling them all the worst
 metric recorded, as hoptune once did, left the model one flat value for
 most of a study: with 8 epochs and rungs at 1 and 3, the first trial of a
 16-trial study to finish ended after most trials had been proposed, and a
