@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.e2e import METHODS, _home, _summary, _table
+from bench.e2e import METHODS, _home, _summary, _table, region_seed
 
 
 def _seed(seed: int, wall: float, best: float, first_hop: float) -> dict:
@@ -45,3 +45,23 @@ def test_each_seed_sets_hoptunes_seed_and_fuse(tmp_path: Path) -> None:
     home = _home(tmp_path / "h", ["a"], trials=4, epochs=2, data=tmp_path, seed=2, fuse=3)
     text = (home / "hoptune.toml").read_text()
     assert "\nseed = 2\n" in text and "\nfuse = 3\n" in text and "[regions.a]" in text
+
+
+def test_each_region_of_a_night_has_its_own_seed_the_same_for_both_tuners(tmp_path: Path
+                                                                         ) -> None:
+    from hoptune.regions import load_config
+
+    names = ["solo", "r0", "r1", "r2"]
+    for name in names:
+        (tmp_path / f"{name}.csv").write_text("user,item,rating\n1,1,3.0\n")
+    seeds = {}
+    for seed in (0, 1, 2):
+        home = _home(tmp_path / f"h{seed}", names, trials=4, epochs=2, data=tmp_path, seed=seed)
+        config = load_config(home / "hoptune.toml")
+        for index, name in enumerate(names):
+            # the seed hoptune's study reads is the one Optuna's run of the region is given
+            assert config.region(name).seed == region_seed(seed, index)
+            seeds[seed, name] = config.region(name).seed
+    assert [seeds[s, "solo"] for s in (0, 1, 2)] == [0, 1, 2]  # the one region: as before
+    night = [seeds[s, n] for s in (0, 1, 2) for n in names[1:]]
+    assert len(set(night)) == len(night)  # no two regions of any run share a seed
