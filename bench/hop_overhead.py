@@ -112,7 +112,7 @@ def _measure(rows_per_shard: int, epochs: int) -> dict:
     from hoptune.tasks._cluster import local_cluster
     from hoptune.tasks._driver import follow, start_studies
     from hoptune.tasks._runtime import Runtime
-    from hoptune.tasks._study import create_study
+    from hoptune.tasks._workflow import create_study  # where it was at --before too
 
     try:
         config = load_config(_write(home, int(rows_per_shard * 2 / 0.95), epochs))
