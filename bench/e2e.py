@@ -62,7 +62,6 @@ CONFIG = """
 shards = 2
 epochs = {epochs}
 batch_size = 256
-seed = {seed}
 fuse = {fuse}
 validation_fraction = 0.1
 optimizer = "fused_adamw"
@@ -99,7 +98,7 @@ def region_seed(seed: int, index: int) -> int:
 def _home(root: Path, names: list[str], trials: int, epochs: int, data: Path, seed: int = 0,
           fuse: int = 1) -> Path:
     root.mkdir(parents=True)
-    text = CONFIG.format(trials=trials, epochs=epochs, seed=seed, fuse=fuse)
+    text = CONFIG.format(trials=trials, epochs=epochs, fuse=fuse)
     for index, name in enumerate(names):
         text += (f'\n[regions.{name}]\ndata = "{data / (name + ".csv")}"\n'
                  f'family = "rating_mf"\nrating_range = [1.0, 5.0]\n'
@@ -179,9 +178,10 @@ def _wait_workers(home: Path, count: int, timeout: float = 120.0) -> None:
     raise TimeoutError(f"{count} workers did not start within {timeout:.0f} s")
 
 
-def _in_process(home: Path, region_name: str, trials: int, epochs: int, *, tpe: bool,
-                seed: int = 0) -> dict:
-    """Optuna (TPE + successive halving) or random search on one region, in this process."""
+def _in_process(home: Path, region_name: str, trials: int, epochs: int, *, tpe: bool) -> dict:
+    """Optuna (TPE + successive halving) or random search on one region, in this process,
+    seeded with the region's own ``seed`` from ``home``'s configuration: the one hoptune's
+    study of the region reads."""
     import optuna
 
     from hoptune.core import Store
@@ -191,6 +191,7 @@ def _in_process(home: Path, region_name: str, trials: int, epochs: int, *, tpe: 
 
     region = load_config(home / "hoptune.toml").region(region_name)
     region = region.model_copy(update={"shards": 1})  # the whole training set in one piece
+    seed = region.seed
     store = Store(str(home / "inproc-store"))
     started = time.monotonic()
     manifest = ingest(region, store).manifest
@@ -290,10 +291,9 @@ def _one_seed(root: Path, names: list[str], single: str, night: list[str], data:
     f["first_hop_cold_s"] = round(first["first_hop"] - started, 3)
     f["first_hop_cold_parts"] = _parts(first, started)
 
-    optuna_solo = _in_process(warm, single, args.trials, args.epochs, tpe=True, seed=seed)
-    random_solo = _in_process(warm, single, args.trials, args.epochs, tpe=False, seed=seed)
-    optuna_night = [_in_process(warm, n, args.trials, args.epochs, tpe=True,
-                                seed=region_seed(seed, names.index(n))) for n in night]
+    optuna_solo = _in_process(warm, single, args.trials, args.epochs, tpe=True)
+    random_solo = _in_process(warm, single, args.trials, args.epochs, tpe=False)
+    optuna_night = [_in_process(warm, n, args.trials, args.epochs, tpe=True) for n in night]
     f["optuna"] = {k: (round(v, 2) if k == "wall_s" else v) for k, v in optuna_solo.items()}
     f["random"] = {k: (round(v, 2) if k == "wall_s" else v) for k, v in random_solo.items()}
     f["optuna_nightly"] = {"wall_s": round(sum(r["wall_s"] for r in optuna_night), 2),

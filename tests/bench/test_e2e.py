@@ -47,8 +47,8 @@ def test_each_seed_sets_hoptunes_seed_and_fuse(tmp_path: Path) -> None:
     assert "\nseed = 2\n" in text and "\nfuse = 3\n" in text and "[regions.a]" in text
 
 
-def test_each_region_of_a_night_has_its_own_seed_the_same_for_both_tuners(tmp_path: Path
-                                                                         ) -> None:
+def test_each_region_of_a_night_has_its_own_seed(tmp_path: Path) -> None:
+    # Optuna's in-process run of a region reads its seed from the same configuration
     from hoptune.regions import load_config
 
     names = ["solo", "r0", "r1", "r2"]
@@ -59,7 +59,6 @@ def test_each_region_of_a_night_has_its_own_seed_the_same_for_both_tuners(tmp_pa
         home = _home(tmp_path / f"h{seed}", names, trials=4, epochs=2, data=tmp_path, seed=seed)
         config = load_config(home / "hoptune.toml")
         for index, name in enumerate(names):
-            # the seed hoptune's study reads is the one Optuna's run of the region is given
             assert config.region(name).seed == region_seed(seed, index)
             seeds[seed, name] = config.region(name).seed
     assert [seeds[s, "solo"] for s in (0, 1, 2)] == [0, 1, 2]  # the one region: as before
