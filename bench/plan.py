@@ -114,7 +114,7 @@ def _run(settings, config, workers: int, owners: dict) -> tuple[float, dict]:  #
     shards = {r.name: r.shards for r in config.regions.values()}
     with local_cluster(settings, shards, workers) as cluster:
         cluster.wait_warm(rt.db)  # a running cluster's steady state, what the plan predicts
-        run_id, dispatches = start_nightly(rt, config, trigger="bench", workers=workers)
+        _, dispatches = start_nightly(rt, config, trigger="bench")
         started = utcnow()
         send(dispatches, app)
         ids = [d.kwargs["study"] for d in dispatches]

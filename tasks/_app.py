@@ -146,16 +146,17 @@ def nightly_task(self: Task, *, regions: list[str] | None = None) -> int | None:
     """The scheduled nightly run: re-ingest, tune warm, promote, for every region."""
     from hoptune.core import StudyError
     from hoptune.regions import load_config
-    from hoptune.tasks._nightly import start_nightly
+    from hoptune.tasks._nightly import log_nightly_plan, start_nightly
 
     rt = runtime()
+    config = load_config(rt.settings.config_path)
     try:
-        run_id, dispatches = start_nightly(rt, load_config(rt.settings.config_path), regions,
-                                           trigger="beat")
+        run_id, dispatches = start_nightly(rt, config, regions, trigger="beat")
     except StudyError as exc:
         log.warning("nightly run not started: %s", exc)
         return None
     send(dispatches, self.app)
+    log_nightly_plan(rt, config, run_id)
     return run_id
 
 

@@ -9,6 +9,7 @@ leaves the studies running.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -18,7 +19,15 @@ from hoptune.tasks._messages import tune_step_dispatch
 from hoptune.tasks._runtime import Runtime
 from hoptune.tasks._sweeper import sweep
 
-__all__ = ["start_studies", "follow", "settled", "study_table", "format_table", "outcome"]
+__all__ = ["POLL", "start_studies", "follow", "settled", "study_table", "format_table",
+           "outcome"]
+
+#: Seconds between a driver's looks at whether its studies have settled: the command
+#: returns at most this long after the last one's promotion is recorded (a look is one
+#: row read per study).
+POLL = 0.1
+#: Seconds between refreshes of the progress bar, which reads every trial of the studies.
+REFRESH = 0.5
 
 
 def start_studies(app: Celery, study_ids: list[int]) -> None:
@@ -72,16 +81,18 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
 
     studies = [rt.db.study(s) for s in study_ids]
     bar = tqdm(total=sum(total_hops(s) for s in studies), unit="hop", disable=not progress,
-               dynamic_ncols=True, mininterval=0.5)
+               dynamic_ncols=True, mininterval=REFRESH)
     last_sweep = time.monotonic()
     started = time.monotonic()
+    shown = -math.inf
     try:
         while True:
             ended = all(settled(rt.db.study(s)) for s in study_ids)
-            bar.n = bar.total if ended else sum(rt.db.hops_done(s) for s in study_ids)
-            if progress:
+            if progress and (ended or time.monotonic() - shown >= REFRESH):
+                bar.n = bar.total if ended else sum(rt.db.hops_done(s) for s in study_ids)
                 bar.set_postfix_str(summary(rt, study_ids), refresh=False)
-            bar.refresh()
+                bar.refresh()
+                shown = time.monotonic()
             if ended:
                 return
             if time.monotonic() - last_sweep > sweep_every:
@@ -89,7 +100,7 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
                 last_sweep = time.monotonic()
             if timeout is not None and time.monotonic() - started > timeout:
                 raise TimeoutError(f"studies {study_ids} still running after {timeout:.0f} s")
-            time.sleep(0.5)
+            time.sleep(POLL)
     finally:
         bar.close()
 

@@ -1,7 +1,8 @@
 """The nightly retraining: every region re-ingested, tuned warm, and promoted if better.
 
 ``start_nightly`` is what ``hoptune nightly`` and the beat-scheduled task both
-run. It takes the nightly lock (in the study database; it expires if its
+run, and ``log_nightly_plan`` what they run once its messages are sent. It takes
+the nightly lock (in the study database; it expires if its
 holder stops making progress, so a dead run does not block the next night),
 re-ingests each region (a no-op when the data is unchanged), starts a study
 warm-started from the region's last one, and returns the messages that set
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hoptune.core import HoptuneError, StudyError
 from hoptune.regions import Config
@@ -25,17 +26,19 @@ from hoptune.tasks._runtime import Runtime
 from hoptune.tasks._validate import check_region
 from hoptune.tuner import Locks, NightlyRecords
 
-__all__ = ["start_nightly", "after_promotion"]
+if TYPE_CHECKING:
+    from hoptune.tasks._plan import Plan
+
+__all__ = ["start_nightly", "log_nightly_plan", "after_promotion"]
 
 log = logging.getLogger(__name__)
 
 def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *,
-                  trigger: str = "cli", workers: int | None = None
-                  ) -> tuple[int, list[Dispatch]]:
+                  trigger: str = "cli") -> tuple[int, list[Dispatch]]:
     """Start a nightly run over ``names`` (default: every region); refuse if one is going.
 
-    Its plan is logged (``tasks._plan.nightly_plan``), on ``workers`` if given, by
-    default on the live workers.
+    Returns the run's id and the messages that set its studies going; the
+    caller sends them, then logs the plan (``log_nightly_plan``).
     """
     from hoptune.regions import ingest
     from hoptune.tasks._study import create_study
@@ -78,13 +81,27 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
         records.add_region(run_id, region.name, "running", study_id=study_id,
                            ingested=result.changed)
         out.append(tune_step_dispatch(study_id))
-    if out:
-        from hoptune.tasks._plan import nightly_plan
-
-        nightly_plan(rt, config, [r["region"] for r in records.regions(run_id)
-                                  if r["state"] == "running"], run_id, workers)
     _maybe_finish(rt, run_id)
     return run_id, out
+
+
+def log_nightly_plan(rt: Runtime, config: Config, run_id: int, workers: int | None = None
+                     ) -> Plan | None:
+    """Log the plan of nightly run ``run_id`` (``tasks._plan.nightly_plan``), on ``workers``
+    if given, by default on the live workers; warn at once when it predicts a miss.
+
+    Called once the run's messages are sent: planning takes seconds of a small
+    host (the recorded hops read and counted, the night simulated), which no
+    study should wait for. So the plan is made from what was known before the
+    run, the studies of other runs, even where the run's own have already
+    started, or, tiny ones, ended.
+    """
+    from hoptune.tasks._plan import nightly_plan
+
+    started = [r["region"] for r in NightlyRecords(rt.db).regions(run_id)
+               if r["study_id"] is not None]
+    history = [s for s in rt.db.studies() if s["nightly_run_id"] != run_id]
+    return nightly_plan(rt, config, started, run_id, workers, history=history)
 
 
 def _abandon_stale_runs(rt: Runtime, current: int) -> None:

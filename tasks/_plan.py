@@ -411,19 +411,22 @@ def live_owners(db: Any, regions: list[str]) -> Workers:
 
 
 def nightly_plan(rt: Runtime, config: Config, regions: list[str], run_id: int,
-                 workers: int | None = None) -> Plan | None:
-    """Log the plan of a nightly run as it starts; warn at once when it predicts a miss.
+                 workers: int | None = None, *, history: list[dict[str, Any]] | None = None
+                 ) -> Plan | None:
+    """Log the plan of a nightly run of ``regions`` as it starts; warn at once when it
+    predicts a miss.
 
     ``workers`` (a count) is for a run whose workers are still starting; by
-    default the live workers and the shards they own. A plan that cannot be
-    made (no recorded hops yet) is logged and the run goes on.
+    default the live workers and the shards they own. ``history``: the studies
+    to learn from (``Planner``). A plan that cannot be made (no recorded hops
+    yet) is logged and the run goes on.
     """
     deadline = rt.settings.nightly_deadline
-    if not regions:  # its studies all ended already (a worker's sweep may start them first)
-        log.info("nightly run %d: no plan: no region is still running", run_id)
+    if not regions:  # every region failed before its study started
+        log.info("nightly run %d: no plan: no region started", run_id)
         return None
     try:
-        planner = Planner(rt, config, regions)
+        planner = Planner(rt, config, regions, history=history)
         p = planner.plan(workers or planner.owners(live_owners(rt.db, regions)))
     except HoptuneError as exc:
         log.info("nightly run %d: no plan: %s", run_id, exc)

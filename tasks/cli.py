@@ -427,8 +427,8 @@ def _nightly_rows(db, regions: list[str]) -> list[dict]:  # noqa: ANN001 - tuner
 def cmd_nightly(args: argparse.Namespace) -> int:
     from hoptune.tasks._app import app, send
     from hoptune.tasks._cluster import local_cluster
-    from hoptune.tasks._driver import follow, format_table
-    from hoptune.tasks._nightly import start_nightly
+    from hoptune.tasks._driver import POLL, follow, format_table
+    from hoptune.tasks._nightly import log_nightly_plan, start_nightly
     from hoptune.tasks._runtime import Runtime
     from hoptune.tuner import NightlyRecords
 
@@ -440,7 +440,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     with local_cluster(settings, shards, args.local_workers):
         run_id, dispatches = start_nightly(rt, config, args.regions, trigger="cli")
         send(dispatches, app)
-        print(f"nightly run {run_id}: {len(dispatches)} studies started")
+        print(f"nightly run {run_id}: {len(dispatches)} studies started", flush=True)
+        log_nightly_plan(rt, config, run_id)
         if args.detach:
             return 0
         studies = [r["study_id"] for r in NightlyRecords(rt.db).regions(run_id)
@@ -449,7 +450,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + 120
         while (NightlyRecords(rt.db).run(run_id)["state"] == "running"
                and time.monotonic() < deadline):
-            time.sleep(0.2)  # the promotions finish the run
+            time.sleep(POLL)  # the promotions finish the run
     rows = NightlyRecords(rt.db).regions(run_id)
     print(format_table(rows, ["region", "state", "study_id", "ingested", "outcome"]))
     return 1 if any(r["state"] in ("failed", "running") for r in rows) else 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hoptune.core import ConfigError, Store, parse_duration
+from hoptune.core import ConfigError, Store, StudyError, parse_duration
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import create_study, run_inline, tune_step
 from hoptune.tasks._calibrate import CALIBRATION_TRIALS
@@ -131,15 +131,17 @@ def test_a_nightly_run_logs_its_plan_and_warns_at_once_of_a_miss(
         finished, home, monkeypatch, caplog, deadline: str, warned: bool) -> None:
     from hoptune.core import Settings
     from hoptune.tasks import Runtime
-    from hoptune.tasks._nightly import start_nightly
+    from hoptune.tasks._nightly import log_nightly_plan, start_nightly
 
     monkeypatch.setenv("HOPTUNE_NIGHTLY_DEADLINE", deadline)
     rt = Runtime(Settings.from_env(), worker="test")
     assert rt.settings.nightly_deadline == parse_duration(deadline)
+    config = load_config(finished)
+    run_id, dispatches = start_nightly(rt, config, trigger="test")
     with caplog.at_level("INFO", logger="hoptune.tasks._plan"):
-        run_id, dispatches = start_nightly(rt, load_config(finished), trigger="test", workers=1)
+        plan = log_nightly_plan(rt, config, run_id, workers=1)
     rt.db.dispose()
-    assert len(dispatches) == 1
+    assert len(dispatches) == 1 and plan is not None
     plans = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
     assert plans == [m for m in plans if m.startswith(f"nightly run {run_id} plan: 1 worker(s): ")]
     assert len(plans) == 1
@@ -149,18 +151,26 @@ def test_a_nightly_run_logs_its_plan_and_warns_at_once_of_a_miss(
         assert misses[0].startswith(f"nightly run {run_id}: predicted to miss its deadline")
 
 
-def test_a_night_whose_studies_all_ended_before_its_plan_logs_no_plan(finished, rt, caplog
-                                                                      ) -> None:
-    """A worker's sweep may start a night's studies, and tiny ones end, before the command
-    that recorded them gets to plan: nothing is left to plan, and the night goes on."""
-    from hoptune.core import StudyError
+def test_a_nights_plan_is_made_from_what_was_known_before_it(finished, rt, caplog) -> None:
+    """The plan is logged once the night's messages are sent, so no study waits for it; a
+    night whose studies started, or tiny ones ended, before it gets the plan it would have
+    had at its start: its own studies' hops and gaps are not learnt from."""
+    from hoptune.tasks._nightly import log_nightly_plan, start_nightly
     from hoptune.tasks._plan import nightly_plan
 
     config = load_config(finished)
+    before = Planner(rt, config, ["north"]).plan(1)
+    run_id, dispatches = start_nightly(rt, config, trigger="test")
+    run_inline(rt, dispatches)
+    study = rt.db.study(dispatches[0].kwargs["study"])
+    assert study["state"] == "done" and study["nightly_run_id"] == run_id
+    assert rt.db.hops(study_id=study["id"])  # hops the plan must not learn from
+    assert log_nightly_plan(rt, config, run_id, workers=1) == before
+    assert Planner(rt, config, ["north"]).plan(1) != before  # as they would change it
     with caplog.at_level("INFO", logger="hoptune.tasks._plan"):
         assert nightly_plan(rt, config, [], run_id=7) is None
     assert [r.getMessage() for r in caplog.records] == [
-        "nightly run 7: no plan: no region is still running"]
+        "nightly run 7: no plan: no region started"]
     with pytest.raises(StudyError, match="nothing to plan"):
         Planner(rt, config, []).plan(1)
 
