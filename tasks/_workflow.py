@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any
 
 import torch
@@ -70,7 +71,12 @@ def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
 
 
 def tune_step(rt: Runtime, study_id: int) -> list[Dispatch]:
-    """Fill the study's free trial slots; finish the study when its budget is spent."""
+    """Fill the study's free trial slots; finish the study when its budget is spent.
+
+    Each trial it records carries the seconds this step had worked by then
+    (``proposal_seconds``): what the planner holds a worker for a trial's start.
+    """
+    began = time.perf_counter()
     db = rt.db
     for _ in range(_PROPOSAL_ATTEMPTS):
         snapshot = db.trials(study_id)
@@ -84,14 +90,14 @@ def tune_step(rt: Runtime, study_id: int) -> list[Dispatch]:
             trials = db.trials(study_id, conn)
             if len(trials) != len(snapshot):
                 continue  # another tune_step added trials meanwhile: propose again
-            return _fill_slots(rt, conn, study, trials, proposals)
+            return _fill_slots(rt, conn, study, trials, proposals, began)
     log.warning("study %d: tune_step gave way %d times; the next one fills the slots",
                 study_id, _PROPOSAL_ATTEMPTS)
     return []
 
 
 def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict[str, Any]],
-                proposals: list[dict[str, Any]]) -> list[Dispatch]:
+                proposals: list[dict[str, Any]], began: float) -> list[Dispatch]:
     db = rt.db
     region = region_of(study)
     defaults = {**get_family(region).default_params, **region.params}
@@ -99,7 +105,8 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
         start = len(trials)
         entries = [({**defaults, **p}, trial_seed(study["seed"], start + i))
                    for i, p in enumerate(proposals)]
-        db.add_trials(conn, study["id"], entries)
+        db.add_trials(conn, study["id"], entries,
+                      proposal_seconds=time.perf_counter() - began)
         trials = db.trials(study["id"], conn)
     running = [t for t in trials if t["state"] == "running"]
     pending = [t for t in trials if t["state"] == "pending"]

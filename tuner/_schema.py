@@ -84,6 +84,8 @@ trials = Table(
     Column("last_metric", Float),
     Column("best_metric", Float),
     Column("failure", Text),
+    # seconds the tune_step that created it worked before recording it (None: not recorded)
+    Column("proposal_seconds", Float),
     UniqueConstraint("study_id", "number"),
 )
 

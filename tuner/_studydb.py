@@ -201,8 +201,10 @@ class StudyDB:
     # trials --------------------------------------------------------------
 
     def add_trials(self, conn: Connection, study_id: int,
-                   entries: list[tuple[dict[str, Any], int]]) -> list[int]:
-        """Insert pending trials (params, seed) inside the caller's transaction."""
+                   entries: list[tuple[dict[str, Any], int]],
+                   proposal_seconds: float | None = None) -> list[int]:
+        """Insert pending trials (params, seed) inside the caller's transaction;
+        ``proposal_seconds``: how long the ``tune_step`` proposing them had worked."""
         start = conn.execute(
             select(func.coalesce(func.max(trials.c.number), -1)).where(
                 trials.c.study_id == study_id)
@@ -214,6 +216,7 @@ class StudyDB:
                 trials.insert().values(
                     study_id=study_id, number=start + offset, params=params, seed=seed,
                     state="pending", created_at=now, updated_at=now, epochs_done=0,
+                    proposal_seconds=proposal_seconds,
                 )
             )
             ids.append(int(result.inserted_primary_key[0]))

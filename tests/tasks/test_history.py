@@ -38,10 +38,11 @@ class History:
         return {"finished_at": hop["finished_at"]}  # validation takes no time
 
     def add(self, region: dict[str, Any], space: dict[str, Any], parent: int | None,
-            gaps: list[float]) -> dict[str, Any]:
+            gaps: list[float], proposed: list[float | None] | None = None) -> dict[str, Any]:
         """A study of one shard, one epoch, one trial at a time on one worker: trial 0 at
         once, trial i's first hop ``gaps[i - 1]`` seconds after trial i - 1 ended (its
-        ``tune_step`` created it right at that end); each hop lasts a second."""
+        ``tune_step`` created it right at that end, having worked ``proposed[i]`` seconds,
+        None: not recorded); each hop lasts a second."""
         sid = len(self.studies) + 1
         study = {"id": sid, "space": space, "parent_id": parent, "minimize": True,
                  "region_config": region, "created_at": at(0)}
@@ -55,6 +56,7 @@ class History:
                          "finished_at": at(now + 1.0)})
             now += 1.0
             trials.append({"id": tid, "state": "done", "created_at": at(created),
+                           "proposal_seconds": proposed[i] if proposed else None,
                            "finished_at": at(now), "params": {"lr": 0.01 + i / 1000,
                                                               "embedding_dim": 8},
                            "best_metric": 1.0 - i / 100, "last_metric": 1.0 - i / 100})
@@ -94,6 +96,34 @@ def test_a_trial_start_is_a_design_points_until_the_optimizer_has_its_initial_re
 
     # a fixed configuration (no space) proposes nothing
     assert design_left(db, None, None, minimize=True, select="best") is None
+
+
+def test_a_trial_start_is_its_tune_steps_recorded_work_between_two_messages(region) -> None:
+    """Where the tune_steps recorded their work, a start is that work (one figure per step,
+    the study's first step aside) and two messages, whatever the hops' gaps say: a step
+    that ran on another worker than the first hop hid its work from them."""
+    space = parse_space(region["space"], "space")
+    db = History()
+    # trials 1 to 5 from the initial design, 6 to 9 from the model; 6 and 7 one step's
+    study = db.add(region, space.to_json(), None, [0.01] * 9,
+                   proposed=[9.0, 0.01, 0.02, 0.01, 0.03, 0.01, 0.15, 0.15, 0.45, 0.5])
+    trials = db.trial_rows[study["id"]]
+    trials[7]["created_at"] = trials[6]["created_at"]
+    gaps = median_gaps(db, [study])
+    assert gaps.dispatch == 0.0  # one shard: no hand-on between hops
+    assert (gaps.start, gaps.start_model) == (0.01, pytest.approx(0.45))  # not 0.3: 4 steps
+    # two shards: each start adds its tune_step's message and its first hop's
+    hops = db.hop_rows[study["id"]]
+    for trial in trials:
+        first = next(h for h in hops if h["trial_id"] == trial["id"])
+        hops.append({**first, "position": 1, "worker": "w1", "queued_at": first["finished_at"],
+                     "started_at": first["finished_at"] + timedelta(seconds=0.004),
+                     "finished_at": first["finished_at"] + timedelta(seconds=0.5)})
+    study["region_config"] = {**region, "shards": 2}
+    db.epoch = lambda trial_id, epoch: {"finished_at": None}  # type: ignore[method-assign]
+    gaps = median_gaps(db, [study])
+    assert gaps.dispatch == pytest.approx(0.004)
+    assert gaps.start == pytest.approx(0.018) and gaps.start_model == pytest.approx(0.458)
 
 
 def test_a_workers_turnaround_is_counted_where_its_next_hops_message_waited(region) -> None:

@@ -75,6 +75,12 @@ def test_a_study_spends_its_budget_and_prunes_at_the_rungs(make_config, rt) -> N
         assert went_on and min(went_on) < at_rung
     best = rt.db.trial(record["best_trial_id"])
     assert best["last_metric"] == min(t["last_metric"] for t in done)
+    # each trial carries the work of the tune_step that recorded it, one figure per step
+    steps: dict = {}
+    for t in trials:
+        assert t["proposal_seconds"] > 0
+        steps.setdefault(t["created_at"], set()).add(t["proposal_seconds"])
+    assert len(steps) < len(trials) and all(len(v) == 1 for v in steps.values())
 
 
 def _seed_parent(rt, region, manifest, good_lr: float) -> int:  # noqa: ANN001
