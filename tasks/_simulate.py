@@ -19,14 +19,17 @@ trial's end sends a ``tune_step`` to the control queue, which every worker
 consumes as the cluster's workers do: it waits its turn with the hops, the
 oldest message first, and holds the worker that takes it while the optimizer
 proposes and the new trials are recorded; the trials it starts then send their
-first hops. ``start`` is the seconds from a trial's end to its successor's first
-hop (the ``tune_step`` message, its work and the hop's message), so a
-``tune_step`` that starts a trial holds its worker ``start - 2 * dispatch``
-seconds (at least 0); ``start_model`` replaces ``start`` once the study's
-optimizer proposes from its model (``design_left`` of its trials have ended:
-fitting the model takes longer than picking a point of the initial design);
-one with no slot to fill (a slot another one filled, or
-the study's last, which records its end) only reads, in no time. A study's
+first hops. As ``tune_step`` does, it proposes for the slots free when it
+starts (a slot freed meanwhile waits for its own step) and, where another
+step recorded trials meanwhile, proposes again. ``start`` is the seconds
+from a trial's end to its successor's first hop (the ``tune_step`` message,
+its work and the hop's message), so a ``tune_step`` holds its worker
+``start - 2 * dispatch`` seconds (at least 0) for each proposal;
+``start_model`` replaces ``start`` once the study's optimizer proposes from
+its model (``design_left`` of its trials have ended: fitting the model takes
+longer than picking a point of the initial design); one with no slot to fill
+(a slot another one filled, or the study's last, which records its end) only
+reads, in no time. A study's
 first trials wait ``head`` seconds instead (its first ``tune_step``, on a
 worker that may still be importing, with nothing else to do yet). For
 pruning each trial has a deterministic synthetic metric (its rank in a seeded
@@ -219,9 +222,12 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             trial.order = first_order(study, trial, epoch)
             send(spec.region, trial.index, trial.order[position])
 
-    def start_trials(study: _Study, delay: float) -> None:
+    def start_trials(study: _Study, delay: float, limit: int | None = None) -> None:
         spec = study.spec
-        while len(study.running) < spec.parallel and study.next_trial < spec.budget:
+        started = 0
+        while len(study.running) < spec.parallel and study.next_trial < spec.budget \
+                and (limit is None or started < limit):
+            started += 1
             trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial))
             study.next_trial += 1
             study.running[trial.index] = trial
@@ -238,13 +244,8 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
         shard = min(mine, key=lambda s: queued[s][0][:2])
         _, _, region, trial = heapq.heappop(queued[shard])
         idle.discard(worker)
-        if shard == _CONTROL:  # proposing takes its time; with no slot free it only reads
-            study = state[region]
-            free = (len(study.running) < study.spec.parallel
-                    and study.next_trial < study.spec.budget)
-            left = study.spec.design_left
-            modelled = left is not None and sum(study.outcomes.values()) >= left
-            push(now + (hold[modelled] if free else 0.0), "tune_step", (worker, region))
+        if shard == _CONTROL:
+            propose(worker, region)
             return
         study = state[region]
         t = study.running[trial]
@@ -258,6 +259,21 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
         busy[worker] += seconds
         totals["hops"] += 1
         push(now + seconds, "done", (worker, shard, region, trial))
+
+    def propose(worker: str, region: str) -> None:
+        """A ``tune_step`` on ``worker``: it reads the study, proposes for the slots free
+        then (outside any lock: its work holds the worker), and records that many trials
+        unless another step recorded some meanwhile, when it reads and proposes again.
+        With no slot free it only reads, in no time."""
+        study = state[region]
+        free = min(study.spec.parallel - len(study.running),
+                   study.spec.budget - study.next_trial)
+        if free <= 0:
+            push(now, "tune_step", (worker, region, study.next_trial, 0))
+            return
+        left = study.spec.design_left
+        modelled = left is not None and sum(study.outcomes.values()) >= left
+        push(now + hold[modelled], "tune_step", (worker, region, study.next_trial, free))
 
     def end_epoch(study: _Study, t: _Trial, here: str) -> None:
         spec = study.spec
@@ -298,8 +314,11 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
                     break
             continue
         if kind == "tune_step":
-            worker, region = payload
-            start_trials(state[region], 0.0)
+            worker, region, seen, free = payload
+            if free and state[region].next_trial != seen:  # another step recorded meanwhile
+                propose(worker, region)
+                continue
+            start_trials(state[region], 0.0, free)
             take(worker)
             continue
         if kind == "free":  # its turnaround after a hop is over

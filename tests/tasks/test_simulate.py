@@ -232,3 +232,19 @@ def test_the_metrics_trend_is_fitted_on_the_recorded_studies_own_shapes() -> Non
     # a trend recorded is found again, also over studies of both shapes
     record = [(s, n, round(_pruned_share(s, 0.5) * n)) for s, n in ((eight, 80), (sixteen, 160))]
     assert _trend(record) == 0.5
+
+
+def test_a_tune_step_proposes_for_the_slots_free_when_it_starts_and_again_if_overtaken() -> None:
+    """As ``tune_step`` does: a step records as many trials as slots were free when it read
+    the study (a slot freed meanwhile waits for its own step), and a step that another
+    overtook while it proposed reads and proposes again, holding its worker twice."""
+    study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=4, parallel=2,
+                     epochs=1, in_flight=[(0, 0)], design_left=0)  # every step: the model's
+    # trial 0 [0, 1]; trial 1 starts after `start` [0.25, 1.25]. Step A (trial 0's end, on w0
+    # from 1 to 2) read one free slot and records trial 2 [2, 3]; step B (trial 1's end, on
+    # w1 from 1.25) read two, is overtaken at 2.25 and proposes again until 3.25: trial 3
+    # [3.25, 4.25]. Step C (trial 2's end, on w0 from 3) is overtaken too and finds none left.
+    result = simulate([study], {("north", 0): ["w0", "w1"]}, start=0.25, start_model=1.0)
+    assert result.hops == 4
+    assert result.wall_seconds == 4.25  # A filling both slots at 2 would end at 3.25
+    assert result.trials == {"north": {"done": 4}}
