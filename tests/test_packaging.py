@@ -39,7 +39,7 @@ def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
 def test_the_console_script_points_into_the_namespace(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         (entry,) = [n for n in z.namelist() if n.endswith("entry_points.txt")]
-        assert "hoptune = hoptune.tasks.cli:main" in z.read(entry).decode()
+        assert "hoptune = hoptune.tasks.cli:run" in z.read(entry).decode()
 
 
 def test_the_public_api() -> None:
