@@ -79,7 +79,7 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
                   f"{study['parallel']} at a time{warm}")
         if cluster is not None:
             cluster.wait_ready(app)  # a worker that cannot start is an error, not a stall
-        elif not app.control.ping(timeout=1.0):
+        elif not app.control.ping(timeout=1.0, limit=1):  # the first answer is enough
             print("hoptune: warning: no worker answers; start `hoptune up` or "
                   "`hoptune worker --shards …`", file=sys.stderr)
         if detach:
