@@ -33,9 +33,10 @@ __all__ = ["Gaps", "Shape", "design_left", "median_gaps", "pruning_record"]
 class Gaps(NamedTuple):
     validation: float  # from an epoch's last hop to its end
     dispatch: float  # from a hop's end to the next hop's start, its worker free
-    start: float  # from a trial's end to its successor's first hop: a design point
-    start_model: float  # the same where the successor came from the model
+    # from a trial's end to its successor's first hop, a design point's and the model's
     # (where the tune_steps' work is recorded: two messages and the median step's work)
+    start: float
+    start_model: float
     head: float  # from a study's start to its first hop's message
     turnaround: float = 0.0  # from a hop's end to its worker's next, its message waiting
 
