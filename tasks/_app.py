@@ -101,7 +101,7 @@ def cohort_hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
         set_aside(self.app, queue or "?", str(exc), json.dumps([args, kwargs], default=repr))
         return {"trained": [], "skipped": f"set aside: {exc}"}
     rt = runtime()
-    reports = run_cohort_hop(rt, message.trials, message.epoch, message.position, message.shard,
+    reports = run_cohort_hop(rt, message.trials, message.epochs, message.position, message.shard,
                              on_progress=_progress(self, rt, message.region, message.study))
     send(hand_on_cohort(rt, reports), self.app)
     if any(r.retry for r in reports):  # a member failed once: the message once more, later

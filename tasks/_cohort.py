@@ -126,41 +126,48 @@ def _store_states(fused: FusedModel, optimizer: Any, members: Sequence[Member]) 
 
 
 def train_cohort_pass(region: RegionConfig, members: Sequence[Member],
-                      data: dict[str, torch.Tensor], *, epoch: int, shard: int,
+                      data: dict[str, torch.Tensor], *, epoch: int | Sequence[int], shard: int,
                       position: int, meta: dict[str, Any], clip_norm: float | None = None
                       ) -> list[TrainedPass]:
     """Train every member once over ``data`` (one shard), fused where they can be.
 
     Members must share ``regions.cohort_key`` (the caller groups trials into
-    cohorts). Returns one TrainedPass per member, in order; a fused pass reports
+    cohorts). ``epoch`` is every member's epoch, or one per member: a trial that
+    joined the cohort at an epoch boundary trains its own epoch's pass (its own
+    minibatch order and learning rate) beside members epochs ahead of it.
+    Returns one TrainedPass per member, in order; a fused pass reports
     the cohort's seconds for each member. Each member's model and optimizer end
     as if ``train_pass`` had trained it alone, bit for bit where the fused
     arithmetic is (see tests/tasks/test_cohort.py).
     """
     family = get_family(region)
+    epochs = [epoch] * len(members) if isinstance(epoch, int) else list(epoch)
+    if len(epochs) != len(members):
+        raise ValueError(f"{len(epochs)} epochs for {len(members)} members")
 
-    def alone(m: Member) -> TrainedPass:
-        return train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=epoch,
+    def alone(m: Member, e: int) -> TrainedPass:
+        return train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=e,
                           shard=shard, position=position, params=m.params, clip_norm=clip_norm)
 
     if len(members) == 1:
-        return [alone(members[0])]
+        return [alone(members[0], epochs[0])]
     # each member's learning rate is its schedule's for this hop before the cohort reads it
-    settings = [start_pass(region, m.optimizer, params=m.params, epoch=epoch,
-                           position=position) for m in members]
+    settings = [start_pass(region, m.optimizer, params=m.params, epoch=e,
+                           position=position) for m, e in zip(members, epochs, strict=True)]
     fusion = _fuse(region, family, members, data, meta, clip_norm)
     if not isinstance(fusion, Unfusable) and len({s.batch_size for s in settings}) != 1:
         fusion = Unfusable("the members' batch sizes differ: their passes take different "
                            "numbers of steps")
     if isinstance(fusion, Unfusable):
         log_unfused(family, fusion)
-        return [alone(m) for m in members]
+        return [alone(m, e) for m, e in zip(members, epochs, strict=True)]
     fused, optimizer = fusion
     _load_states(fused, optimizer, members)
     started = time.perf_counter()
     # row i of every batch is member i's own batch, gathered for all members at once
     batches = iter_stacked_batches(data, settings[0].batch_size,
-                                   [batch_generator(m.seed, epoch, shard) for m in members])
+                                   [batch_generator(m.seed, e, shard)
+                                    for m, e in zip(members, epochs, strict=True)])
     device = next(iter(data.values())).device
     totals = torch.zeros(len(members), dtype=torch.float64, device=device)
     samples = 0

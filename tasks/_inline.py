@@ -39,7 +39,7 @@ def run_inline(rt: Runtime, dispatches: Iterable[Dispatch],
                 queue.append(d)
         elif d.task == "hoptune.cohort_hop":
             k = d.kwargs
-            reports = run_cohort_hop(rt, k["trials"], k["epoch"], k["position"], k["shard"])
+            reports = run_cohort_hop(rt, k["trials"], k["epochs"], k["position"], k["shard"])
             for report in reports if on_hop is not None else ():
                 on_hop(report)
             queue.extend(hand_on_cohort(rt, reports))

@@ -25,8 +25,11 @@ _HOP_FIELDS = {"region": str, "study": int, "trial": int, "epoch": int, "positio
                "shard": int}
 
 
-_COHORT_FIELDS = {"region": str, "study": int, "trials": list, "epoch": int, "position": int,
+_COHORT_FIELDS = {"region": str, "study": int, "trials": list, "epochs": list, "position": int,
                   "shard": int}
+# A cohort message sent before members could be at different epochs: one epoch for all.
+_ONE_EPOCH_COHORT_FIELDS = {**{k: v for k, v in _COHORT_FIELDS.items() if k != "epochs"},
+                            "epoch": int}
 #: The most trials one cohort message may name (``fuse`` is bounded by it too).
 MAX_COHORT = 64
 
@@ -79,30 +82,49 @@ def parse_hop(kwargs: dict[str, Any], queue: str | None) -> HopMessage:
 
 @dataclass(frozen=True)
 class CohortMessage:
-    """A cohort hop message: the same hop (epoch, position, shard) of several trials of one
-    study, to train as one fused model. Ids only, like a hop message."""
+    """A cohort hop message: the same (position, shard) of several trials of one study, each
+    at its own epoch (a trial that joined at an epoch boundary is epochs behind the others),
+    to train as one fused model. Ids only, like a hop message."""
 
     region: str
     study: int
     trials: tuple[int, ...]
-    epoch: int
+    epochs: tuple[int, ...]
     position: int
     shard: int
 
 
+def _ids(kwargs: dict[str, Any], field: str, what: str) -> None:
+    for value in kwargs[field]:
+        if type(value) is not int or value < 0:
+            raise BadMessage(f"cohort hop field {field!r}: {what} must be ints >= 0, "
+                             f"got {value!r}")
+
+
 def parse_cohort(kwargs: dict[str, Any], queue: str | None) -> CohortMessage:
     """The cohort hop ``kwargs`` as received on ``queue``, checked as exactly as a hop's, or
-    ``BadMessage``: ``trials`` a list of 1 to MAX_COHORT distinct trial ids (ints >= 0)."""
+    ``BadMessage``: ``trials`` a list of 1 to MAX_COHORT distinct trial ids and ``epochs``
+    each one's epoch, both ints >= 0. A message of the earlier form, one ``epoch`` for all
+    members (queued before an upgrade), is read as that epoch for each."""
+    if "epoch" in kwargs and "epochs" not in kwargs:
+        _check_fields(kwargs, _ONE_EPOCH_COHORT_FIELDS, "cohort hop")
+        one = {k: v for k, v in kwargs.items() if k != "epoch"}
+        trials = kwargs["trials"]
+        one["epochs"] = [kwargs["epoch"]] * (len(trials) if isinstance(trials, list) else 1)
+        kwargs = one
     _check_fields(kwargs, _COHORT_FIELDS, "cohort hop")
     trials = kwargs["trials"]
     if not 1 <= len(trials) <= MAX_COHORT:
         raise BadMessage(f"cohort hop field 'trials': 1 to {MAX_COHORT} ids, got {len(trials)}")
-    for value in trials:
-        if type(value) is not int or value < 0:
-            raise BadMessage(f"cohort hop field 'trials': ids must be ints >= 0, got {value!r}")
+    _ids(kwargs, "trials", "ids")
     if len(set(trials)) != len(trials):
         raise BadMessage(f"cohort hop field 'trials': a trial named twice in {trials}")
-    cohort = CohortMessage(**{**kwargs, "trials": tuple(trials)})
+    if len(kwargs["epochs"]) != len(trials):
+        raise BadMessage(f"cohort hop field 'epochs': one per trial, got {len(kwargs['epochs'])} "
+                         f"for {len(trials)}")
+    _ids(kwargs, "epochs", "epochs")
+    cohort = CohortMessage(**{**kwargs, "trials": tuple(trials),
+                              "epochs": tuple(kwargs["epochs"])})
     if queue is not None and queue != hop_queue(cohort.region, cohort.shard):
         raise BadMessage(f"cohort hop of {hop_queue(cohort.region, cohort.shard)} received on "
                          f"queue {queue}")
@@ -134,14 +156,15 @@ def hop_dispatch(region: str, study_id: int, trial_id: int, epoch: int, position
     )
 
 
-def cohort_dispatch(region: str, study_id: int, trial_ids: list[int], epoch: int,
+def cohort_dispatch(region: str, study_id: int, trial_ids: list[int], epochs: list[int],
                     position: int, shard: int) -> Dispatch:
-    """The message for the same hop of several trials, trained as one cohort."""
+    """The message for the hop at (position, shard) of several trials, each at its own epoch
+    (``epochs[i]`` is ``trial_ids[i]``'s), trained as one cohort."""
     return Dispatch(
         task="hoptune.cohort_hop",
         queue=hop_queue(region, shard),
-        kwargs={"region": region, "study": study_id, "trials": list(trial_ids), "epoch": epoch,
-                "position": position, "shard": shard},
+        kwargs={"region": region, "study": study_id, "trials": list(trial_ids),
+                "epochs": list(epochs), "position": position, "shard": shard},
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -28,15 +28,17 @@ from hoptune.tasks._study import create_study, trial_seed
 from hoptune.tasks._visit_order import choose_visit_order
 from hoptune.tuner import (
     AshaPruner,
+    cohort_size,
     first_shards,
+    idle_owners,
     placed_order,
     selected_epoch,
     told,
     trial_metric,
 )
 
-__all__ = ["create_study", "tune_step", "hand_on", "end_of_epoch", "best_trial", "trial_seed",
-           "others_positions"]
+__all__ = ["CohortStart", "create_study", "tune_step", "hand_on", "end_of_epoch", "best_trial",
+           "trial_seed", "others_positions"]
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +72,22 @@ def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
                    prior=prior)
 
 
-def tune_step(rt: Runtime, study_id: int) -> list[Dispatch]:
+class CohortStart(NamedTuple):
+    """A cohort whose members start their next epoch now, together: its ``cohort_of`` key,
+    the shard its next pass trains on, and how many members go on."""
+
+    cohort: str
+    shard: int
+    members: int
+
+
+def tune_step(rt: Runtime, study_id: int, joining: CohortStart | None = None
+              ) -> list[Dispatch]:
     """Fill the study's free trial slots; finish the study when its budget is spent.
+
+    With ``joining`` (a cohort at its epoch boundary), the new trials of its key
+    start their first epoch in it, up to the region's ``fuse`` members: their first
+    hops take the cohort's shard and travel in its message.
 
     Each trial it records carries the seconds this step had worked by then
     (``proposal_seconds``): what the planner holds a worker for a trial's start.
@@ -90,14 +106,15 @@ def tune_step(rt: Runtime, study_id: int) -> list[Dispatch]:
             trials = db.trials(study_id, conn)
             if len(trials) != len(snapshot):
                 continue  # another tune_step added trials meanwhile: propose again
-            return _fill_slots(rt, conn, study, trials, proposals, began)
+            return _fill_slots(rt, conn, study, trials, proposals, began, joining)
     log.warning("study %d: tune_step gave way %d times; the next one fills the slots",
                 study_id, _PROPOSAL_ATTEMPTS)
     return []
 
 
 def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict[str, Any]],
-                proposals: list[dict[str, Any]], began: float) -> list[Dispatch]:
+                proposals: list[dict[str, Any]], began: float,
+                joining: CohortStart | None = None) -> list[Dispatch]:
     db = rt.db
     region = region_of(study)
     defaults = {**get_family(region).default_params, **region.params}
@@ -113,19 +130,25 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
     free = study["parallel"] - len(running)
     out: list[Dispatch] = []
     loads = db.shard_loads(region.name, live_after(), conn)
-    cohorts: dict[str, tuple[int, int]] = {}  # cohort -> its first shard, members so far
-    for trial in pending[: max(free, 0)]:
+    starting = pending[: max(free, 0)]
+    keys = [cohort_of(region, t["params"]) for t in starting]
+    idle = len(idle_owners(loads, region.shards)) if region.fuse > 1 else 0
+    sizes = {k: cohort_size(keys.count(k), region.fuse, idle) for k in set(keys) - {None}}
+    # cohort -> its first shard, members so far, most members
+    cohorts: dict[str, tuple[int, int, int]] = (
+        {joining.cohort: (joining.shard, joining.members, region.fuse)}
+        if joining is not None else {})
+    for trial, cohort in zip(starting, keys, strict=True):
         tentative = choose_visit_order(region.shards, trial["seed"], 0,
                                        others_positions(rt, study["id"], conn))
-        cohort = cohort_of(region, trial["params"])
         joined = cohorts.get(cohort) if cohort is not None else None
-        if joined is not None and joined[1] < region.fuse:  # starts with its cohort
+        if joined is not None and joined[1] < joined[2]:  # starts with its cohort
             order = placed_order(tentative, 0, joined[0])
-            cohorts[cohort] = (joined[0], joined[1] + 1)
+            cohorts[cohort] = (joined[0], joined[1] + 1, joined[2])
         else:
             order = first_shards([tentative], loads)[0]
             if cohort is not None:
-                cohorts[cohort] = (order[0], 1)
+                cohorts[cohort] = (order[0], 1, sizes[cohort])
         order, created = db.start_epoch(trial["id"], 0, order, conn)
         if created:
             out.append(hop_dispatch(region.name, study["id"], trial["id"], 0, 0, order[0]))

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["ShardLoads", "next_shard", "first_shards", "placed_order", "as_loads"]
+__all__ = ["ShardLoads", "as_loads", "cohort_size", "first_shards", "idle_owners", "next_shard",
+           "placed_order"]
 
 
 @dataclass
@@ -52,10 +53,38 @@ class ShardLoads:
         self.queued[shard] = self.queued.get(shard, 0) + 1
 
 
+def _idle(loads: ShardLoads, shard: int, every: Sequence[int]) -> bool:
+    """Whether some owner of ``shard`` holds and awaits less than one hop."""
+    return min(loads.worker_load(w, every) for w in loads.owners_of(shard)) < 1
+
+
+def idle_owners(loads: ShardLoads, shards: int) -> list[str]:
+    """The owners of the shards (``range(shards)``) that would start a hop sent now: each
+    holds and awaits less than one hop. A worker owning several shards counts once."""
+    every = range(shards)
+    return sorted({w for k in every for w in loads.owners_of(k)
+                   if loads.worker_load(w, every) < 1})
+
+
+def cohort_size(starting: int, fuse: int, idle: int) -> int:
+    """The most of ``starting`` trials (of one cohort key, starting together) one cohort
+    takes: ``fuse``, but no more than spreads them over the ``idle`` owners of shards.
+
+    A cohort trains on one worker at a time, so four trials in one cohort while a
+    second worker idles would train slower than two cohorts of two, one each.
+    The trials form ``max(ceil(starting / fuse), min(idle, starting))`` cohorts of
+    near equal size; with no idle shard, as few as ``fuse`` allows.
+    """
+    if starting < 1:
+        return max(fuse, 1)
+    cohorts = max(-(-starting // max(fuse, 1)), min(idle, starting), 1)
+    return -(-starting // cohorts)
+
+
 def _key(loads: ShardLoads, shard: int, every: Sequence[int], here: str | None
          ) -> tuple[bool, float, bool]:
     owners = loads.owners_of(shard)
-    idle = min(loads.worker_load(w, every) for w in owners) < 1
+    idle = _idle(loads, shard, every)
     backlog = (loads.running.get(shard, 0) + loads.queued.get(shard, 0)) / len(owners)
     return not idle, backlog, here not in owners
 

@@ -108,7 +108,7 @@ def test_a_worker_that_gives_up_exits_non_zero(workers, redis_server) -> None:
     assert "Unrecoverable error" in workers.log("w0")
 
 
-COHORT = {"region": "north", "study": 1, "trials": [2, 3], "epoch": 0, "position": 0,
+COHORT = {"region": "north", "study": 1, "trials": [2, 3], "epochs": [1, 0], "position": 0,
           "shard": 0}
 
 

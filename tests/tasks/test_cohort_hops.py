@@ -32,6 +32,7 @@ from hoptune.tasks._messages import (
 )
 from hoptune.tasks._runtime import region_of
 from hoptune.tasks._workflow import tune_step
+from hoptune.tuner import WorkerRecords
 
 CONFIGS = [
     {"lr": 0.05, "weight_decay": 0.0, "embedding_dim": 8},
@@ -47,9 +48,17 @@ def fused_config(path: Path, fuse: int) -> Path:
     return path
 
 
+def one_worker(rt, region) -> None:  # noqa: ANN001
+    """Record this process as the one live worker owning every shard of ``region``: trials
+    starting together then form one cohort (``cohort_size``: one idle worker)."""
+    WorkerRecords(rt.db).register(rt.holder, name=rt.worker, host="box", pid=1,
+                                  shards=[[region.name, k] for k in range(region.shards)])
+
+
 def _setup(make_config, rt, fuse: int = 4, **kw):  # noqa: ANN001, ANN202
     region = load_config(fused_config(make_config(**kw), fuse)).region("north")
     manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    one_worker(rt, region)
     return region, manifest
 
 
@@ -78,17 +87,21 @@ def assert_as_alone(rt, study: int) -> None:  # noqa: ANN001
 
 
 def test_a_cohort_message_is_parsed_as_strictly_as_a_hop() -> None:
-    good = cohort_dispatch("north", 1, [3, 4], 0, 1, 2)
+    good = cohort_dispatch("north", 1, [3, 4], [2, 0], 1, 2)
     assert good.task == "hoptune.cohort_hop" and good.queue == "hop.north.2"
     message = parse_cohort(good.kwargs, "hop.north.2")
-    assert message.trials == (3, 4) and (message.epoch, message.position) == (0, 1)
+    assert message.trials == (3, 4) and message.epochs == (2, 0) and message.position == 1
     bad = [
         ({**good.kwargs, "trials": [3, 3]}, "named twice"),
         ({**good.kwargs, "trials": []}, "1 to 64 ids"),
         ({**good.kwargs, "trials": [3, True]}, "ints >= 0"),
         ({**good.kwargs, "trials": [3, "4"]}, "ints >= 0"),
         ({**good.kwargs, "trials": "3,4"}, "expected list"),
-        ({**good.kwargs, "epoch": -1}, "must be >= 0"),
+        ({**good.kwargs, "epochs": [0, -1]}, "epochs must be ints >= 0"),
+        ({**good.kwargs, "epochs": [0]}, "one per trial, got 1 for 2"),
+        ({**good.kwargs, "epochs": 0}, "expected list"),
+        ({**good.kwargs, "position": -1}, "must be >= 0"),
+        ({**good.kwargs, "epoch": 0}, "unknown ['epoch']"),
         ({**good.kwargs, "trial": 3}, "unknown ['trial']"),
         ({k: v for k, v in good.kwargs.items() if k != "shard"}, "missing ['shard']"),
     ]
@@ -97,6 +110,19 @@ def test_a_cohort_message_is_parsed_as_strictly_as_a_hop() -> None:
             parse_cohort(kwargs, "hop.north.2")
     with pytest.raises(BadMessage, match="received on queue hop.north.1"):
         parse_cohort(good.kwargs, "hop.north.1")
+
+
+def test_a_cohort_message_queued_before_per_member_epochs_is_read_as_one_epoch_for_all() -> None:
+    """A message of the earlier form (one ``epoch``) still in a queue across an upgrade
+    trains, as each member at that epoch; it is checked as strictly as ever."""
+    old = {"region": "north", "study": 1, "trials": [3, 4], "epoch": 2, "position": 1,
+           "shard": 2}
+    message = parse_cohort(old, "hop.north.2")
+    assert message.trials == (3, 4) and message.epochs == (2, 2)
+    with pytest.raises(BadMessage, match="'epoch': must be >= 0"):
+        parse_cohort({**old, "epoch": -1}, "hop.north.2")
+    with pytest.raises(BadMessage, match="expected list, got int 3"):
+        parse_cohort({**old, "trials": 3}, "hop.north.2")
 
 
 def test_new_trials_start_as_one_cohort_and_train_as_each_would_alone(make_config, rt) -> None:
@@ -172,6 +198,41 @@ def test_a_member_no_longer_running_drops_out_and_the_others_are_unchanged(make_
             assert torch.equal(replayed[name], final[name]), name
 
 
+def _passes(rt, trial_id: int, epoch: int) -> list[tuple[int, int, float]]:  # noqa: ANN001
+    """(position, shard, train seconds) of each hop of the trial's epoch: a cohort's pass
+    gives every member its seconds, so equal rows are one shared pass."""
+    return [(h["position"], h["shard"], h["train_seconds"]) for h in rt.db.hops(trial_id)
+            if h["epoch"] == epoch]
+
+
+def test_a_trial_filling_a_freed_slot_joins_the_cohort_at_its_epoch_boundary(make_config,
+                                                                             rt) -> None:
+    """Of a cohort of four, trial A ends after its one epoch (its own ``epochs``) and frees
+    a slot for pending trial E. One worker owns both shards, and the cohort's next pass
+    waits for it: no shard has an idle owner, so E starts its first epoch in the cohort's
+    message for the others' second epoch, and again beside their third: the same passes,
+    epochs apart. Every trial, E too, is bitwise itself trained alone in its recorded
+    order."""
+    region, manifest = _setup(make_config, rt, fuse=4, shards=2, epochs=3, parallel=4)
+    epochs = [1, 3, 3, 3, 2]
+    configs = [{**c, "epochs": e} for c, e in zip([*CONFIGS, CONFIGS[0]], epochs, strict=True)]
+    configs[4] = {**configs[4], "lr": 0.07}
+    study = create_study(rt, region, manifest=manifest, configs=configs)
+    first = tune_step(rt, study)
+    assert [d.task for d in first] == ["hoptune.cohort_hop"]
+    run_inline(rt, first)
+
+    trials = rt.db.trials(study)
+    assert [(t["state"], t["epochs_done"]) for t in trials] == [("done", e) for e in epochs]
+    assert rt.db.study(study)["state"] == "done"
+    a, b, c, d, e = (t["id"] for t in trials)
+    assert _passes(rt, b, 0) == _passes(rt, c, 0) == _passes(rt, d, 0) == _passes(rt, a, 0)
+    for epoch in (0, 1):  # E's epochs in the others' second and third passes
+        assert (_passes(rt, e, epoch) == _passes(rt, b, epoch + 1) == _passes(rt, c, epoch + 1)
+                == _passes(rt, d, epoch + 1))
+    assert_as_alone(rt, study)
+
+
 def test_a_member_recorded_on_another_shard_is_sent_there(make_config, rt) -> None:
     region, manifest = _setup(make_config, rt, fuse=4, shards=2, epochs=1, parallel=4)
     study = create_study(rt, region, manifest=manifest, configs=CONFIGS[:2])
@@ -222,6 +283,7 @@ def test_a_factory_vmap_cannot_run_trains_unfused_through_the_hop_path(home, rt,
     monkeypatch.setattr(_fusion, "_logged", set())  # "once" is once per worker process
     region = load_config(_tabular(home, "itemizing")).region("north")
     manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    one_worker(rt, region)
     study = create_study(rt, region, manifest=manifest,
                          configs=[{"lr": 0.01}, {"lr": 0.1, "weight_decay": 0.1},
                                   {"lr": 0.03}])
@@ -245,15 +307,16 @@ def test_a_factory_vmap_cannot_run_trains_unfused_through_the_hop_path(home, rt,
 
 
 @pytest.mark.integration
-def test_a_cohort_across_two_workers_trains_each_trial_as_alone_and_asha_shrinks_it(
+def test_cohorts_across_two_workers_train_each_trial_as_alone_and_asha_shrinks_them(
         make_config, rt, cluster) -> None:
-    """Four proposed trials (different lr, weight decay, embedding size) start as one
-    cohort on two real workers; ASHA prunes some mid-way and the cohort goes on smaller.
+    """Eight proposed trials (different lr, weight decay, embedding size) start as two
+    cohorts of four on two real workers, one each (``cohort_size``: two idle workers);
+    each cohort hops across both; ASHA prunes some mid-way and the cohorts go on smaller.
     Every trial, pruned or not, is bitwise itself trained alone in its recorded order."""
     from hoptune.tasks import app
     from hoptune.tasks._driver import follow, start_studies
 
-    path = make_config(shards=2, epochs=3, trials=4, parallel=4)
+    path = make_config(shards=2, epochs=3, trials=8, parallel=8)
     path.write_text(path.read_text().replace(
         'embedding_dim = { type = "int", low = 4, high = 16 }',
         'embedding_dim = { type = "int", low = 4, high = 16 }\n'
@@ -267,19 +330,28 @@ def test_a_cohort_across_two_workers_trains_each_trial_as_alone_and_asha_shrinks
 
     assert rt.db.study(study)["state"] == "done"
     trials = rt.db.trials(study)
-    assert len(trials) == 4
+    assert len(trials) == 8
     for name in ("lr", "weight_decay", "embedding_dim"):
-        assert len({t["params"][name] for t in trials}) == 4, name
+        assert len({t["params"][name] for t in trials}) >= 6, name
     pruned = [t for t in trials if t["state"] == "pruned"]
     assert pruned and all(t["epochs_done"] < 3 for t in pruned)
     assert any(t["state"] == "done" and t["epochs_done"] == 3 for t in trials)
-    by_hop = defaultdict(list)
+    passes = defaultdict(list)  # one pass: its shard, worker and seconds, shared
     for trial in trials:
         for hop in rt.db.hops(trial["id"]):
             if hop["state"] == "done":
-                by_hop[hop["epoch"], hop["position"]].append(hop)
-    assert len(by_hop[0, 0]) == 4
-    for hops in by_hop.values():  # the cohort, however small, trained as one pass
-        assert len({(h["shard"], h["worker"], h["train_seconds"]) for h in hops}) == 1, hops
-    assert len({h["worker"] for hops in by_hop.values() for h in hops}) == 2
+                passes[hop["epoch"], hop["position"], hop["shard"], hop["worker"],
+                       hop["train_seconds"]].append(trial["id"])
+    first = sorted(len(ids) for (epoch, position, *_), ids in passes.items()
+                   if (epoch, position) == (0, 0))
+    assert first == [4, 4]  # two cohorts of four, one on each worker
+    assert len({worker for (_, _, _, worker, _) in passes}) == 2
+    cohorts = {frozenset(ids) for (epoch, position, *_), ids in passes.items()
+               if (epoch, position) == (0, 0)}
+    for (epoch, *_), ids in passes.items():  # a cohort, however small, trains as one pass
+        if epoch == 0:
+            assert any(set(ids) <= cohort for cohort in cohorts), ids
+    for cohort in cohorts:  # and hops from one worker to the other
+        assert len({worker for (epoch, _, _, worker, _), ids in passes.items()
+                    if epoch == 0 and set(ids) <= cohort}) == 2
     assert_as_alone(rt, study)
