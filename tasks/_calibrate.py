@@ -61,7 +61,9 @@ def calibrate(settings: Settings, config: Config, name: str, *,
             cluster.wait_warm(rt.db)
         # tuned over the space as any study is (its first tune_step included), with no
         # warm start: the optimizer's initial design spreads the trials over the space
-        study_id = create_study(rt, region.model_copy(update={"epochs": 1}), manifest=manifest,
+        # single hops (fuse = 1): a cohort's pass is no hop's cost (tasks/_costs.py)
+        study_id = create_study(rt, region.model_copy(update={"epochs": 1, "fuse": 1}),
+                                manifest=manifest,
                                 configs=None if region.space else [{}] * trials,
                                 trials=trials, parallel=min(region.parallel, trials),
                                 kind="calibration")

@@ -8,12 +8,15 @@ device is "unknown" and the host the one the node name gives); its size by the
 rows it trained, the trial's batch size and its model's parameter count (the
 model built on the meta device: no memory, no initialisation). Only hops that
 trained count: a redelivery that found the work done says nothing of the cost.
+Nor does a hop trained in a cohort's pass beside other trials (``fuse``): each
+member records the whole pass's seconds, which no single hop would take.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from typing import Any
 
 import torch
@@ -47,6 +50,14 @@ def _parameter_count(region_config: str, params: str, meta: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _shared_passes(hops: dict[int, list[dict[str, Any]]]) -> set[tuple[Any, float]]:
+    """(worker, train seconds) of the passes that trained several trials of a study at once:
+    a cohort's members record one pass's seconds, a figure two passes never share."""
+    seen = Counter((h["worker"], h["train_seconds"]) for trial in hops.values() for h in trial
+                   if h["state"] == "done" and h["train_seconds"] is not None)
+    return {key for key, count in seen.items() if count > 1}
+
+
 def recorded_observations(db: StudyDB, studies: list[dict[str, Any]] | None = None
                           ) -> list[HopObservation]:
     """One observation per trained hop of ``studies`` (default: every study)."""
@@ -64,11 +75,17 @@ def recorded_observations(db: StudyDB, studies: list[dict[str, Any]] | None = No
     for study in studies if studies is not None else db.studies():
         region = region_of(study)
         family = region.family
+        hops: dict[int, list[dict[str, Any]]] = {}
+        for hop in db.hops(study_id=study["id"]):
+            hops.setdefault(hop["trial_id"], []).append(hop)
+        shared = _shared_passes(hops)
         for trial in db.trials(study["id"]):
             parameters = None
             batch_size = int(trial["params"].get("batch_size", region.batch_size))
-            for hop in db.hops(trial["id"]):
+            for hop in hops.get(trial["id"], []):
                 if hop["state"] != "done" or hop["train_seconds"] is None:
+                    continue
+                if (hop["worker"], hop["train_seconds"]) in shared:
                     continue
                 if hop["started_at"] is None or hop["finished_at"] is None or not hop["samples"]:
                     continue

@@ -74,3 +74,27 @@ def test_a_models_parameter_count_is_built_once_a_process(make_config, rt) -> No
                                               if k != "embedding_dim"}}
     assert parameter_count(study, again) == large
     assert _parameter_count.cache_info().misses == 2
+
+
+def test_a_cohort_pass_is_no_hops_cost_but_a_trial_that_trained_alone_is(make_config, rt
+                                                                         ) -> None:
+    """Each member of a cohort records the whole pass's seconds (``fuse``): no single hop
+    took that long, so those hops are no observations. A member that trained alone, in a
+    pass of its own, is one."""
+    path = make_config(shards=2, epochs=2, trials=2, parallel=2, batch_size=64)
+    path.write_text(path.read_text().replace("[defaults]\n", "[defaults]\nfuse = 2\n", 1))
+    region = load_config(path).region("north")
+    WorkerRecords(rt.db).register(rt.holder, name=rt.worker, host="box", pid=1,
+                                  shards=[["north", 0], ["north", 1]],
+                                  info={"device": "cpu", "host_class": "small"})
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = create_study(rt, region, manifest=manifest,
+                         configs=[{"lr": 0.03, "epochs": 1}, {"lr": 0.01}])
+    run_inline(rt, tune_step(rt, study))
+    a, b = (rt.db.hops(t["id"]) for t in rt.db.trials(study))
+    # epoch 0: one pass per shard for both trials; epoch 1: the second trial alone
+    assert [h["train_seconds"] for h in a] == [h["train_seconds"] for h in b[:2]]
+    alone = b[2:]
+    observations = recorded_observations(rt.db)
+    assert len(observations) == len(alone) == 2
+    assert sorted(o.rows for o in observations) == sorted(h["samples"] for h in alone)

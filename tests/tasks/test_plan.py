@@ -199,7 +199,10 @@ def test_bad_plan_arguments_are_one_line(home, args: list[str], message: str) ->
 
 def test_calibration_records_the_hop_costs_a_plan_needs_and_is_never_promoted(
         make_config, rt, home) -> None:
-    path = make_config(shards=2, trials=4, parallel=2)
+    path = make_config(shards=2, trials=4, parallel=4)
+    # a region that fuses: calibration trains single hops all the same (a cohort's pass is
+    # no hop's cost)
+    path.write_text(path.read_text().replace("[defaults]\n", "[defaults]\nfuse = 4\n", 1))
     before = hoptune("--config", str(path), "plan", "north", "--workers", "2", cwd=home)
     assert before.returncode == 2 and "no recorded hops of family" in before.stderr
 
@@ -228,6 +231,8 @@ def test_calibration_records_the_hop_costs_a_plan_needs_and_is_never_promoted(
     assert [{k: t["params"][k] for k in region.space} for t in trials[:design]] == \
         trial_sizes(region, design)
     assert rt.db.hops_done(study["id"]) == n * 2
+    seconds = [h["train_seconds"] for h in rt.db.hops(study_id=study["id"])]
+    assert len(set(seconds)) == len(seconds) == n * 2  # every hop a pass of its own
 
     planned = hoptune("--config", str(path), "plan", "north", "--workers", "2", "--json",
                       cwd=home)
