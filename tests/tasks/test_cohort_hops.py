@@ -355,3 +355,30 @@ def test_cohorts_across_two_workers_train_each_trial_as_alone_and_asha_shrinks_t
         assert len({worker for (epoch, _, _, worker, _), ids in passes.items()
                     if epoch == 0 and set(ids) <= cohort}) == 2
     assert_as_alone(rt, study)
+
+
+@pytest.mark.integration
+def test_on_one_real_worker_a_trial_filling_a_freed_slot_trains_in_the_cohorts_next_passes(
+        make_config, rt, cluster) -> None:
+    """One worker process owns both shards: at a cohort's epoch boundary it is busy with
+    the cohort's next pass, so the trial filling the slot that trial A freed joins that
+    pass, its first epoch beside the others' second, through the real task path. Every
+    trial is bitwise itself trained alone."""
+    from hoptune.tasks import app
+    from hoptune.tasks._driver import follow, start_studies
+
+    region = load_config(fused_config(make_config(shards=2, epochs=2, parallel=3), 4)
+                         ).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    cluster({"north": 2}, workers=1)
+    configs = [{**CONFIGS[0], "epochs": 1}, CONFIGS[1], CONFIGS[2], CONFIGS[3]]
+    study = create_study(rt, region, manifest=manifest, configs=configs)
+    start_studies(app, [study])
+    follow(rt, app, [study], progress=False, timeout=300)
+
+    assert rt.db.study(study)["state"] == "done"
+    a, b, c, d = (t["id"] for t in rt.db.trials(study))
+    assert [t["epochs_done"] for t in rt.db.trials(study)] == [1, 2, 2, 2]
+    assert _passes(rt, a, 0) == _passes(rt, b, 0) == _passes(rt, c, 0)
+    assert _passes(rt, d, 0) == _passes(rt, b, 1) == _passes(rt, c, 1)
+    assert_as_alone(rt, study)
