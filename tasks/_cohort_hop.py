@@ -63,19 +63,17 @@ log = logging.getLogger(__name__)
 _Outcome = torch.nn.Module | BaseException
 
 
-def run_cohort_hop(rt: Runtime, trial_ids: Sequence[int], epochs: int | Sequence[int],
+def run_cohort_hop(rt: Runtime, trial_ids: Sequence[int], epochs: Sequence[int],
                    position: int, shard: int,
                    on_progress: Callable[[HopReport], None] | None = None) -> list[HopReport]:
     """Run one delivery of a cohort message: one report per trial named, as ``run_hop``'s.
 
-    ``epochs`` is each trial's epoch (or one for all): the members share the
+    ``epochs`` is each trial's epoch: the members share the
     position and the shard, not necessarily the epoch. A transient failure of
     the shared pass gives every claimed hop back and is raised (the task
     retries the message); any other failure is each trained member's own,
     recorded on its hop as a single hop's would be.
     """
-    if isinstance(epochs, int):
-        epochs = [epochs] * len(trial_ids)
     reports: list[HopReport] = []
     claims: list[Claimed] = []
     try:
@@ -192,7 +190,7 @@ def hand_on_cohort(rt: Runtime, reports: list[HopReport]) -> list[Dispatch]:
         start = next((d.kwargs["shard"] for d in sent
                       if d.task == "hoptune.hop" and d.kwargs["position"] == 0), None)
         if start is not None:
-            first = start if first is None else first
+            first = start if first is None else first  # the first member's choice
             going_on.append(end)
     if first is not None:
         out = _fill_at_boundary(rt, out, going_on, first)
@@ -214,8 +212,10 @@ def _fill_at_boundary(rt: Runtime, out: list[Dispatch], going_on: list[EpochEnd]
     """
     region, study = going_on[0].region, going_on[0].study
     steps = [d for d in out if d.task == "hoptune.tune_step" and d.kwargs["study"] == study["id"]]
+    if not steps:  # no member ended here
+        return out
     key = cohort_of(region, going_on[0].trial["params"])
-    if not steps or key is None:
+    if key is None:
         return out
     members = sum(cohort_of(region, e.trial["params"]) == key for e in going_on)
     if members >= region.fuse:

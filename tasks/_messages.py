@@ -109,8 +109,7 @@ def parse_cohort(kwargs: dict[str, Any], queue: str | None) -> CohortMessage:
     if "epoch" in kwargs and "epochs" not in kwargs:
         _check_fields(kwargs, _ONE_EPOCH_COHORT_FIELDS, "cohort hop")
         one = {k: v for k, v in kwargs.items() if k != "epoch"}
-        trials = kwargs["trials"]
-        one["epochs"] = [kwargs["epoch"]] * (len(trials) if isinstance(trials, list) else 1)
+        one["epochs"] = [kwargs["epoch"]] * len(kwargs["trials"])  # checked a list just now
         kwargs = one
     _check_fields(kwargs, _COHORT_FIELDS, "cohort hop")
     trials = kwargs["trials"]

@@ -53,17 +53,16 @@ class ShardLoads:
         self.queued[shard] = self.queued.get(shard, 0) + 1
 
 
-def _idle(loads: ShardLoads, shard: int, every: Sequence[int]) -> bool:
-    """Whether some owner of ``shard`` holds and awaits less than one hop."""
-    return min(loads.worker_load(w, every) for w in loads.owners_of(shard)) < 1
+def _idle(loads: ShardLoads, worker: str, every: Sequence[int]) -> bool:
+    """Whether ``worker`` would start a hop sent now: it holds and awaits less than one."""
+    return loads.worker_load(worker, every) < 1
 
 
 def idle_owners(loads: ShardLoads, shards: int) -> list[str]:
-    """The owners of the shards (``range(shards)``) that would start a hop sent now: each
-    holds and awaits less than one hop. A worker owning several shards counts once."""
+    """The owners of the shards (``range(shards)``) that would start a hop sent now. A
+    worker owning several shards counts once."""
     every = range(shards)
-    return sorted({w for k in every for w in loads.owners_of(k)
-                   if loads.worker_load(w, every) < 1})
+    return sorted({w for k in every for w in loads.owners_of(k) if _idle(loads, w, every)})
 
 
 def cohort_size(starting: int, fuse: int, idle: int) -> int:
@@ -77,14 +76,14 @@ def cohort_size(starting: int, fuse: int, idle: int) -> int:
     """
     if starting < 1:
         return max(fuse, 1)
-    cohorts = max(-(-starting // max(fuse, 1)), min(idle, starting), 1)
+    cohorts = max(-(-starting // max(fuse, 1)), min(idle, starting))
     return -(-starting // cohorts)
 
 
 def _key(loads: ShardLoads, shard: int, every: Sequence[int], here: str | None
          ) -> tuple[bool, float, bool]:
     owners = loads.owners_of(shard)
-    idle = _idle(loads, shard, every)
+    idle = any(_idle(loads, w, every) for w in owners)
     backlog = (loads.running.get(shard, 0) + loads.queued.get(shard, 0)) / len(owners)
     return not idle, backlog, here not in owners
 

@@ -159,11 +159,11 @@ def test_a_redelivered_cohort_trains_no_member_twice(make_config, rt) -> None:
     study = create_study(rt, region, manifest=manifest, configs=CONFIGS[:3])
     (message,) = tune_step(rt, study)
     k = message.kwargs
-    reports = run_cohort_hop(rt, k["trials"], 0, 0, k["shard"])
+    reports = run_cohort_hop(rt, k["trials"], k["epochs"], 0, k["shard"])
     assert [r.trained for r in reports] == [True] * 3
     sent = hand_on_cohort(rt, reports)
     assert [d.task for d in sent] == ["hoptune.cohort_hop"]  # one shared next shard
-    again = run_cohort_hop(rt, k["trials"], 0, 0, k["shard"])
+    again = run_cohort_hop(rt, k["trials"], k["epochs"], 0, k["shard"])
     assert [r.trained for r in again] == [False] * 3
     assert {r.skipped for r in again} == {"output checkpoint exists"}
     assert hand_on_cohort(rt, again) == sent  # the successors still wait: the same message
@@ -180,7 +180,7 @@ def test_a_member_no_longer_running_drops_out_and_the_others_are_unchanged(make_
     study = create_study(rt, region, manifest=manifest, configs=CONFIGS)
     (message,) = tune_step(rt, study)
     k = message.kwargs
-    reports = run_cohort_hop(rt, k["trials"], 0, 0, k["shard"])
+    reports = run_cohort_hop(rt, k["trials"], k["epochs"], 0, k["shard"])
     gone = k["trials"][1]
     assert rt.db.end_trial(gone, "pruned")
     run_inline(rt, hand_on_cohort(rt, reports))
@@ -239,7 +239,7 @@ def test_a_member_recorded_on_another_shard_is_sent_there(make_config, rt) -> No
     (message,) = tune_step(rt, study)
     k = message.kwargs
     other = 1 - k["shard"]
-    reports = run_cohort_hop(rt, k["trials"], 0, 0, other)
+    reports = run_cohort_hop(rt, k["trials"], k["epochs"], 0, other)
     assert not any(r.trained for r in reports)
     assert [d for r in reports for d in r.dispatch] == [
         hop_dispatch("north", study, t, 0, 0, k["shard"]) for t in k["trials"]]
