@@ -125,6 +125,7 @@ def _timed(home: Path, regions: list[str], *args: str) -> tuple[float, float, li
 
 
 def _studies(home: Path, regions: list[str]) -> list[dict]:
+    from hoptune.tasks._costs import trained_passes
     from hoptune.tuner import StudyDB
 
     db = StudyDB(f"sqlite:///{home / 'studies.db'}")
@@ -142,13 +143,18 @@ def _studies(home: Path, regions: list[str]) -> list[dict]:
             best = (min if study["minimize"] else max)(finals) if finals else math.nan
             first = min((h for h in hops if h["started_at"] is not None),
                         key=lambda h: h["started_at"])
+            passes = list(trained_passes(hops).values())
             out.append({
                 "first_hop": first["started_at"].timestamp(),
                 "queued": first["queued_at"].timestamp(),
                 "proposed": min(t["created_at"] for t in trials).timestamp(),
                 "created": study["created_at"].timestamp(),
                 "epochs": sum(t["epochs_done"] for t in trials),
-                "best": best})
+                "best": best,
+                # shard passes; those of a cohort; those whose members were at two epochs
+                "passes": len(passes),
+                "cohort_passes": sum(len(p) > 1 for p in passes),
+                "joined_passes": sum(len({h["epoch"] for h in p}) > 1 for p in passes)})
         return out
     finally:
         db.dispose()
@@ -282,7 +288,8 @@ def _one_seed(root: Path, names: list[str], single: str, night: list[str], data:
     with _workers(fused):
         _, wall, (study,) = _timed(fused, [single], "tune", single, "--no-progress")
     f["hoptune_fused"] = {"wall_s": round(wall, 2), "epochs": study["epochs"],
-                          "best": study["best"], "fuse": args.fuse}
+                          "best": study["best"], "fuse": args.fuse,
+                          **{k: study[k] for k in ("passes", "cohort_passes", "joined_passes")}}
 
     # cold: no Redis, no workers, the region's data not yet ingested
     cold = _home(root / f"cold{seed}", names, args.trials, args.epochs, data, seed)
@@ -317,6 +324,8 @@ def _summary(runs: list[dict]) -> dict:
                      "epochs": round(mean(r[method]["epochs"] for r in runs), 1),
                      best: round(mean(r[method][best] for r in runs), 4)}
     f["hoptune_fused"]["fuse"] = runs[0]["hoptune_fused"]["fuse"]
+    for k in ("passes", "cohort_passes", "joined_passes"):  # totals over the seeds
+        f["hoptune_fused"][k] = sum(r["hoptune_fused"][k] for r in runs)
     for mode in ("warm", "cold"):
         f[f"first_hop_{mode}_s"] = round(statistics.median(r[f"first_hop_{mode}_s"]
                                                            for r in runs), 3)
@@ -454,7 +463,10 @@ at most 1.5x: {_verdict(f['study_vs_optuna'] <= 1.5)}).
 With `fuse = {hf['fuse']}` (trials hop in cohorts, one fused model per hop):
 **{f['fused_study_vs_optuna']:.2f}x** Optuna's wall time at a mean best final RMSE of
 {hf['best']:.4f} against Optuna's {o['best']:.4f} (target below 1x at an equal or better
-metric: {_verdict(f['fused_study_vs_optuna'] < 1 and hf['best'] <= o['best'])}).
+metric: {_verdict(f['fused_study_vs_optuna'] < 1 and hf['best'] <= o['best'])}). Its
+{hf['passes']} shard passes over the seeds: {hf['cohort_passes']} trained a cohort, and in
+{hf['joined_passes']} of those a trial that had joined at an epoch boundary trained beside
+members an epoch or more ahead of it.
 {f['regions']} regions at once over Optuna one after another (means):
 **{f['regions10_vs_optuna']:.2f}x** at a mean best of {n['mean_best']:.4f} against
 {on['mean_best']:.4f} (target below 1 with an equal or better mean best metric:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -25,7 +25,7 @@ from hoptune.regions import get_family
 from hoptune.tasks._runtime import region_of
 from hoptune.tuner import CostKey, HopObservation, StudyDB, WorkerRecords
 
-__all__ = ["parameter_count", "recorded_observations"]
+__all__ = ["parameter_count", "recorded_observations", "trained_passes"]
 
 
 def parameter_count(study: dict[str, Any], params: dict[str, Any]) -> int:
@@ -50,12 +50,15 @@ def _parameter_count(region_config: str, params: str, meta: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _shared_passes(hops: dict[int, list[dict[str, Any]]]) -> set[tuple[Any, float]]:
-    """(worker, train seconds) of the passes that trained several trials of a study at once:
-    a cohort's members record one pass's seconds, a figure two passes never share."""
-    seen = Counter((h["worker"], h["train_seconds"]) for trial in hops.values() for h in trial
-                   if h["state"] == "done" and h["train_seconds"] is not None)
-    return {key for key, count in seen.items() if count > 1}
+def trained_passes(hops: Iterable[dict[str, Any]]) -> dict[tuple[Any, float], list[dict[str, Any]]]:
+    """The trained ``hops`` of a study by the shard pass that trained them, keyed by (worker,
+    train seconds): a cohort's members record one pass's seconds, a figure two passes never
+    share, so a pass of several hops is a cohort's."""
+    out: dict[tuple[Any, float], list[dict[str, Any]]] = {}
+    for h in hops:
+        if h["state"] == "done" and h["train_seconds"] is not None:
+            out.setdefault((h["worker"], h["train_seconds"]), []).append(h)
+    return out
 
 
 def recorded_observations(db: StudyDB, studies: list[dict[str, Any]] | None = None
@@ -76,9 +79,10 @@ def recorded_observations(db: StudyDB, studies: list[dict[str, Any]] | None = No
         region = region_of(study)
         family = region.family
         hops: dict[int, list[dict[str, Any]]] = {}
-        for hop in db.hops(study_id=study["id"]):
+        recorded = db.hops(study_id=study["id"])
+        for hop in recorded:
             hops.setdefault(hop["trial_id"], []).append(hop)
-        shared = _shared_passes(hops)
+        shared = {key for key, members in trained_passes(recorded).items() if len(members) > 1}
         for trial in db.trials(study["id"]):
             parameters = None
             batch_size = int(trial["params"].get("batch_size", region.batch_size))

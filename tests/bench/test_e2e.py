@@ -11,7 +11,7 @@ def _seed(seed: int, wall: float, best: float, first_hop: float) -> dict:
     run: dict = {"seed": seed, "first_hop_warm_s": first_hop, "first_hop_cold_s": 4 * first_hop}
     for method, field in METHODS:
         run[method] = {"wall_s": wall, "epochs": 10 * (seed + 1), field: best}
-    run["hoptune_fused"]["fuse"] = 4
+    run["hoptune_fused"].update(fuse=4, passes=50 + seed, cohort_passes=20, joined_passes=seed)
     run["optuna"]["wall_s"] = run["optuna_nightly"]["wall_s"] = wall + 1.0
     return run
 
@@ -22,6 +22,9 @@ def test_the_verdicts_compare_means_over_seeds_and_median_first_hops() -> None:
     assert f["hoptune"] == {"wall_s": 3.0, "epochs": 20.0, "best": 0.8}
     assert f["nightly"] == {"wall_s": 3.0, "epochs": 20.0, "mean_best": 0.8}
     assert f["hoptune_fused"]["fuse"] == 4
+    # the passes are counted over the seeds, not averaged
+    assert [f["hoptune_fused"][k] for k in ("passes", "cohort_passes", "joined_passes")] == [
+        153, 60, 3]
     # medians: one slow start among three does not decide the verdict, nor hide in a mean
     assert f["first_hop_warm_s"] == 1.0
     assert f["first_hop_cold_s"] == 4.0
