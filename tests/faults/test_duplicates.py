@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -77,7 +78,10 @@ def test_every_hop_delivered_twice_to_two_replicas_trains_once(scenario, workers
     scenario.check(study)  # each (trial, epoch, position) trained exactly once
     hops = scenario.runtime().db.hops(study_id=study)
     assert sum(h["interrupted"] for h in hops) == 0, "a copy is not an interruption"
-    assert {h["worker"].split("@")[0] for h in hops} == {"a0", "b0", "a1", "b1"}
+    # both replicas of each shard took deliveries, so copies raced for each claim; which
+    # replica wins a hop is the broker's timing (one once trained none of its shard's 8)
+    for name in ("a0", "b0", "a1", "b1"):
+        assert re.search(r"Task hoptune\.hop\[[^\]]+\] received", workers.log(name)), name
 
 
 def _pruned_run(scenario, workers, duplicate: bool) -> dict:
