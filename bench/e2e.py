@@ -125,7 +125,7 @@ def _timed(home: Path, regions: list[str], *args: str) -> tuple[float, float, li
 
 
 def _studies(home: Path, regions: list[str]) -> list[dict]:
-    from hoptune.tasks._costs import trained_passes
+    from hoptune.tasks.plan import trained_passes
     from hoptune.tuner import StudyDB
 
     db = StudyDB(f"sqlite:///{home / 'studies.db'}")
@@ -192,7 +192,7 @@ def _in_process(home: Path, region_name: str, trials: int, epochs: int, *, tpe: 
 
     from hoptune.core import Store
     from hoptune.regions import get_family, ingest, load_config, load_shard, load_validation
-    from hoptune.tasks._training import build_trial_model, make_trial_optimizer, train_pass
+    from hoptune.tasks.hop import build_trial_model, make_trial_optimizer, train_pass
     from hoptune.tuner import CategoricalDim, IntDim, RealDim, parse_space
 
     region = load_config(home / "hoptune.toml").region(region_name)

@@ -49,10 +49,11 @@ if sys.path[0] == str(Path(__file__).resolve().parent):
 
 from bench._report import BENCHMARKS, command, machine, write_section  # noqa: E402
 from hoptune.regions import RegionConfig  # noqa: E402
-from hoptune.tasks._cohort import Member, train_cohort_pass  # noqa: E402
-from hoptune.tasks._training import (  # noqa: E402
+from hoptune.tasks.hop import (  # noqa: E402  # noqa: E402
+    Member,
     build_trial_model,
     make_trial_optimizer,
+    train_cohort_pass,
     train_pass,
 )
 

@@ -101,11 +101,10 @@ def hop_parts(home: Path, devices: list[str], rows_per_shard: int, epochs: int
     from bench.hop_overhead import _figures, _write
     from hoptune.core import Settings, Store
     from hoptune.regions import ingest, load_config
-    from hoptune.tasks._app import app
-    from hoptune.tasks._cluster import local_cluster
-    from hoptune.tasks._driver import follow, start_studies
-    from hoptune.tasks._runtime import Runtime
-    from hoptune.tasks._study import create_study
+    from hoptune.tasks import app
+    from hoptune.tasks.cli import follow, local_cluster, start_studies
+    from hoptune.tasks.study import create_study
+    from hoptune.tasks.worker import Runtime
 
     region = load_config(_write(home, int(rows_per_shard * 2 / 0.95), epochs)).region("bench")
     settings = Settings.from_env()
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL", "HOPTUNE_BROKER_URL"):
         os.environ.pop(key, None)
     device = torch.device("cuda", torch.cuda.current_device())
-    from hoptune.tasks._broker import EmbeddedRedis
+    from hoptune.tasks.worker import EmbeddedRedis
 
     # one embedded broker for both clusters: this process's Celery app keeps pooled
     # connections to it, which a second server on the same socket would break

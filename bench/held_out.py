@@ -84,7 +84,7 @@ torch.set_num_threads(1)
 from hoptune.core import Settings, Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import Runtime, create_study, run_inline
-from hoptune.tasks._messages import tune_step_dispatch
+from hoptune.tasks.worker._messages import tune_step_dispatch
 mode, config, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 rt = Runtime(Settings.from_env(), worker="bench")
 region = load_config(config).region("bench")

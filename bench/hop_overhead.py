@@ -77,7 +77,7 @@ def _calibrate(home: Path, hop_seconds: float) -> tuple[int, int]:
 
     from hoptune.core import Store
     from hoptune.regions import ingest, load_config, load_shard
-    from hoptune.tasks._training import build_trial_model, make_trial_optimizer, train_pass
+    from hoptune.tasks.hop import build_trial_model, make_trial_optimizer, train_pass
 
     torch.set_num_threads(1)
     region = load_config(_write(home, 100_000, 1)).region("bench")
@@ -108,11 +108,10 @@ def _measure(rows_per_shard: int, epochs: int) -> dict:
         os.environ.pop(key, None)
     from hoptune.core import Settings, Store
     from hoptune.regions import ingest, load_config
-    from hoptune.tasks._app import app
-    from hoptune.tasks._cluster import local_cluster
-    from hoptune.tasks._driver import follow, start_studies
-    from hoptune.tasks._runtime import Runtime
-    from hoptune.tasks._workflow import create_study  # where it was at --before too
+    from hoptune.tasks import app
+    from hoptune.tasks.cli import follow, local_cluster, start_studies
+    from hoptune.tasks.study import create_study  # where it was at --before too
+    from hoptune.tasks.worker import Runtime
 
     try:
         config = load_config(_write(home, int(rows_per_shard * 2 / 0.95), epochs))

@@ -44,7 +44,6 @@ if sys.path[0] == str(Path(__file__).resolve().parent):
 
 from bench._report import cpu_model, write_section  # noqa: E402
 from hoptune import kernels  # noqa: E402
-from hoptune.kernels import _dispatch  # noqa: E402
 
 TENSORS = 10  # the parameters are split into this many tensors, as a model's are
 VALUES_MOVED = 7  # per parameter and AdamW step
@@ -62,7 +61,7 @@ class Plan:
 
 def _fused_name(device: torch.device) -> str:
     """FusedAdamW's row name, saying which path it runs on device."""
-    kernel = _dispatch.choose_path(device, torch.float32).path == _dispatch.KERNEL
+    kernel = kernels.choose_path(device, torch.float32).path == kernels.KERNEL
     return "FusedAdamW (CuPy kernel)" if kernel else "FusedAdamW (torch reference)"
 
 
@@ -148,7 +147,7 @@ def machine(device: torch.device) -> str:
 
 
 def path_note(device: torch.device) -> str:
-    choice = _dispatch.choose_path(device, torch.float32)
+    choice = kernels.choose_path(device, torch.float32)
     if device.type == "cuda":
         return f"FusedAdamW runs the {choice.path} path: {choice.reason}."
     return (

@@ -72,9 +72,8 @@ def run(home: Path, trials: int, kill_every: float, replicas: int, duplicate: bo
     from hoptune.core import Settings
     from hoptune.regions import ingest, load_config, write_ratings
     from hoptune.tasks import Runtime, create_study, send
-    from hoptune.tasks._broker import EmbeddedRedis
-    from hoptune.tasks._driver import settled
-    from hoptune.tasks._messages import hop_dispatch, tune_step_dispatch
+    from hoptune.tasks.cli import settled
+    from hoptune.tasks.worker import EmbeddedRedis, hop_dispatch, tune_step_dispatch
 
     home.mkdir(parents=True, exist_ok=True)
     write_ratings(home / "data" / "load.csv", n_users=80, n_items=60, n_rows=1600, rank=2,

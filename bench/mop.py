@@ -67,8 +67,8 @@ CONFIGS = [{"lr": 0.005, "embedding_dim": 32}, {"lr": 0.01, "embedding_dim": 16}
 
 
 def _way(rt, region, manifest, configs, app) -> dict:  # noqa: ANN001 - bench glue
-    from hoptune.tasks._driver import follow, start_studies
-    from hoptune.tasks._study import create_study
+    from hoptune.tasks.cli import follow, start_studies
+    from hoptune.tasks.study import create_study
 
     study = create_study(rt, region, manifest=manifest, configs=configs,
                          parallel=len(configs))
@@ -105,12 +105,10 @@ def main() -> int:
 
     from hoptune.core import Settings, Store
     from hoptune.regions import ingest, load_config, load_shard, write_ratings
-    from hoptune.tasks._app import app
-    from hoptune.tasks._broker import EmbeddedRedis
-    from hoptune.tasks._checkpoint import checkpoint_key, load_checkpoint
-    from hoptune.tasks._cluster import LocalCluster
-    from hoptune.tasks._replay import replay_trial
-    from hoptune.tasks._runtime import Runtime
+    from hoptune.tasks import app
+    from hoptune.tasks.cli import LocalCluster
+    from hoptune.tasks.hop import replay_trial
+    from hoptune.tasks.worker import EmbeddedRedis, Runtime, checkpoint_key, load_checkpoint
 
     configs = [CONFIGS[i % len(CONFIGS)] for i in range(args.trials)]
     out: dict = {}

@@ -102,12 +102,11 @@ def _host_class(workers: int) -> str:
 def _run(settings, config, workers: int, owners: dict) -> tuple[float, dict]:  # noqa: ANN001
     """One run through the nightly path on ``workers`` fresh local workers: its wall time,
     and (a diagnosis, never the prediction) the simulation given the run's own hop costs."""
-    from hoptune.tasks._app import app, send
-    from hoptune.tasks._cluster import local_cluster
-    from hoptune.tasks._driver import follow
-    from hoptune.tasks._nightly import start_nightly
-    from hoptune.tasks._plan import Planner
-    from hoptune.tasks._runtime import Runtime
+    from hoptune.tasks import app, send
+    from hoptune.tasks.cli import follow, local_cluster
+    from hoptune.tasks.plan import Planner
+    from hoptune.tasks.study import start_nightly
+    from hoptune.tasks.worker import Runtime
     from hoptune.tuner import utcnow
 
     rt = Runtime(settings, worker="bench")
@@ -150,11 +149,9 @@ def main() -> int:
 
     from hoptune.core import Settings
     from hoptune.regions import ingest, load_config, write_demo
-    from hoptune.tasks._broker import EmbeddedRedis
-    from hoptune.tasks._calibrate import calibrate
-    from hoptune.tasks._cluster import assign_shards
-    from hoptune.tasks._plan import Planner
-    from hoptune.tasks._runtime import Runtime
+    from hoptune.tasks.cli import assign_shards, calibrate
+    from hoptune.tasks.plan import Planner
+    from hoptune.tasks.worker import EmbeddedRedis, Runtime
 
     settings = Settings.from_env()
     started = time.monotonic()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 # machine without network), the packages' folders stand beside this one: find them
 # there. Installed, setup.cfg's package_dir puts them inside this package instead.
 _checkout = _Path(__file__).resolve().parent.parent
-if (_checkout / "setup.cfg").is_file() and (_checkout / "tasks" / "cli.py").is_file():
+if (_checkout / "setup.cfg").is_file() and (_checkout / "tasks" / "__init__.py").is_file():
     __path__.append(str(_checkout))  # noqa: F821 - a package's own __path__
 
 from hoptune.core import (  # noqa: E402 - after the path it may need

@@ -23,7 +23,7 @@ from hoptune.kernels._bounds import (
 from hoptune.kernels._clip import clip_grad_norm_
 from hoptune.kernels._cohort import CohortAdamW, CohortSGD
 from hoptune.kernels._cupy import device_names, identity
-from hoptune.kernels._dispatch import paths_taken
+from hoptune.kernels._dispatch import KERNEL, PathChoice, choose_path, paths_taken
 from hoptune.kernels._error_model import Comparison, allclose_by_bound, compare_by_bound
 from hoptune.kernels._factory import OPTIMIZERS, make_optimizer, optimizer_class
 from hoptune.kernels._scaled_sigmoid import ScaledSigmoid, scaled_sigmoid
@@ -45,6 +45,7 @@ from hoptune.kernels._trust import (
 )
 
 __all__ = [
+    "KERNEL",
     "KERNEL_SPECS",
     "MODES",
     "MODE_VARIABLE",
@@ -52,6 +53,7 @@ __all__ = [
     "CohortAdamW",
     "CohortSGD",
     "Comparison",
+    "PathChoice",
     "FusedAdamW",
     "FusedSGD",
     "KernelSelfTestError",
@@ -62,6 +64,7 @@ __all__ = [
     "adamw_bound",
     "allclose_by_bound",
     "check_mode",
+    "choose_path",
     "clip_grad_norm_",
     "compare_by_bound",
     "configure",

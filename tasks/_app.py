@@ -12,24 +12,32 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery, Task
 from celery.signals import worker_process_init, worker_process_shutdown
 
-from hoptune.tasks._dead_letter import push_dead_letter
-from hoptune.tasks._failures import TRANSIENT
-from hoptune.tasks._liveness import Heartbeat
-from hoptune.tasks._messages import BadMessage, Dispatch, parse_cohort, parse_hop
-from hoptune.tasks._runtime import parse_shard_spec, runtime
-from hoptune.tasks._sweeper import sweep
-from hoptune.tasks._workers import WorkerInfoStep, publish_worker_info
+from hoptune.tasks.study import sweep
+from hoptune.tasks.worker import (
+    TRANSIENT,
+    BadMessage,
+    Dispatch,
+    Heartbeat,
+    WorkerInfoStep,
+    parse_cohort,
+    parse_hop,
+    parse_shard_spec,
+    publish_worker_info,
+    push_dead_letter,
+    runtime,
+)
 
 if TYPE_CHECKING:
-    from hoptune.tasks._hop import HopReport
+    from hoptune.tasks.hop import HopReport
 
 __all__ = ["app", "send"]
 
 # The tasks' bodies import what trains (torch, the workflow) when they run, and a
 # worker imports it all as it starts (``_start_training_process``): a command that
 # only sends messages with this app never imports torch.
-_TRAINING_MODULES = ("hoptune.tasks._hop", "hoptune.tasks._cohort_hop", "hoptune.tasks._workflow",
-                     "hoptune.tasks._nightly", "hoptune.tasks._promotion")
+_TRAINING_MODULES = ("hoptune.tasks.hop._hop", "hoptune.tasks.hop._cohort_hop",
+                     "hoptune.tasks.study._workflow", "hoptune.tasks.study._nightly",
+                     "hoptune.tasks.study._promotion")
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +57,8 @@ def send(dispatches: list[Dispatch], celery_app: Celery | None = None) -> None:
           autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Train a trial once over one shard of its region, then hand on."""
-    from hoptune.tasks._hop import run_hop
-    from hoptune.tasks._workflow import hand_on
+    from hoptune.tasks.hop import run_hop
+    from hoptune.tasks.study import hand_on
 
     queue = (self.request.delivery_info or {}).get("routing_key")
     try:
@@ -89,7 +97,8 @@ def _progress(task: Task, rt: Any, region: str, study: int) -> Any:
           autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def cohort_hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Train several trials once over one shard as one fused model, then hand each on."""
-    from hoptune.tasks._cohort_hop import hand_on_cohort, run_cohort_hop
+    from hoptune.tasks.hop import run_cohort_hop
+    from hoptune.tasks.study import hand_on_cohort
 
     queue = (self.request.delivery_info or {}).get("routing_key")
     try:
@@ -125,7 +134,7 @@ def set_aside(celery_app: Celery, queue: str, reason: str, body: str) -> None:
           retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def tune_step_task(self: Task, *, study: int) -> int:
     """Fill the free trial slots of study ``study``."""
-    from hoptune.tasks._workflow import tune_step
+    from hoptune.tasks.study import tune_step
 
     dispatches = tune_step(runtime(), int(study))
     send(dispatches, self.app)
@@ -136,7 +145,7 @@ def tune_step_task(self: Task, *, study: int) -> int:
           retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def promote_task(self: Task, *, study: int) -> dict[str, Any]:
     """Promote study ``study``'s best trial to champion of its region if it is better."""
-    from hoptune.tasks._promotion import promote_study
+    from hoptune.tasks.study import promote_study
 
     return promote_study(runtime(), int(study))
 
@@ -146,7 +155,8 @@ def nightly_task(self: Task, *, regions: list[str] | None = None) -> int | None:
     """The scheduled nightly run: re-ingest, tune warm, promote, for every region."""
     from hoptune.core import StudyError
     from hoptune.regions import load_config
-    from hoptune.tasks._nightly import log_nightly_plan, start_nightly
+    from hoptune.tasks.plan import log_nightly_plan
+    from hoptune.tasks.study import start_nightly
 
     rt = runtime()
     config = load_config(rt.settings.config_path)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 
 from hoptune.core import Settings
-from hoptune.tasks._transport import consumer_url
+from hoptune.tasks.worker import consumer_url
 
 _settings = Settings.from_env()
 
 #: The broker: ``HOPTUNE_BROKER_URL``, or the embedded Redis on a unix socket under HOPTUNE_HOME.
 broker_url = _settings.broker_url or f"redis+socket://{_settings.embedded_socket}"
 # Workers consume through hoptune's Redis transport, which sets aside a message it cannot
-# read instead of stopping the worker (tasks/_transport.py); senders use plain Redis.
+# read instead of stopping the worker (tasks/worker/_transport.py); senders use plain Redis.
 broker_read_url = consumer_url(broker_url)
 # Redis holds only queues and transient results; nothing hoptune needs lives there.
 result_backend = os.environ.get("HOPTUNE_RESULT_BACKEND") or broker_url

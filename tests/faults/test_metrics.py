@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hoptune.tasks._messages import hop_queue
+from hoptune.tasks.worker._messages import hop_queue
 
 from .conftest import _free_port
 
@@ -122,7 +122,7 @@ def test_queue_depths_move_while_a_study_runs(scenario, workers, metrics_port: i
 
 
 def test_busy_shares_count_overlaps_once_and_only_inside_the_window() -> None:
-    from hoptune.tasks._metrics import busy_shares
+    from hoptune.tasks.monitor._metrics import busy_shares
     from hoptune.tuner import utcnow
 
     now = utcnow()

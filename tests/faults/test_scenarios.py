@@ -156,7 +156,7 @@ def test_a_factory_that_raises_fails_its_trial_within_one_hop(scenario, workers,
 
 def test_a_truncated_checkpoint_is_set_aside_and_its_hop_runs_again(scenario, workers,
                                                                     home: Path) -> None:
-    from hoptune.tasks._checkpoint import checkpoint_key
+    from hoptune.tasks.worker._checkpoint import checkpoint_key
 
     _one_owner_per_shard(workers)
     study = scenario.start(configs=[{"lr": 0.01}], epochs=3)

@@ -40,7 +40,7 @@ def test_a_trial_cannot_train_longer_than_its_study(rating_region) -> None:
 
 
 def test_the_schedule_sets_each_hops_learning_rate(rating_region) -> None:
-    from hoptune.tasks._training import make_trial_optimizer, train_pass
+    from hoptune.tasks.hop._training import make_trial_optimizer, train_pass
 
     region = rating_region()
     model = torch.nn.Linear(2, 1)

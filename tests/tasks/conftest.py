@@ -98,7 +98,7 @@ def rt(home: Path):  # noqa: ANN201 - tasks.Runtime
 def cluster(redis_url: str, home: Path):  # noqa: ANN201 - a starter of LocalCluster
     """Start real `hoptune worker` processes on the test Redis; stopped after the test."""
     from hoptune.tasks import app
-    from hoptune.tasks._cluster import LocalCluster
+    from hoptune.tasks.cli._cluster import LocalCluster
 
     started: list[LocalCluster] = []
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hoptune.regions import load_config
-from hoptune.tasks._beat import beat_schedule, next_nightly
+from hoptune.tasks.study._schedule import beat_schedule, next_nightly
 
 CONFIG = """[schedule]
 cron = "{cron}"

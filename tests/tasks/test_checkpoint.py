@@ -8,9 +8,9 @@ import torch
 from hoptune.core import Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import checkpoint_key, create_study, load_checkpoint, replay_trial
-from hoptune.tasks._checkpoint import Checkpoint, LatestCheckpoints, save_checkpoint
-from hoptune.tasks._inline import run_inline
-from hoptune.tasks._workflow import tune_step
+from hoptune.tasks.study._inline import run_inline
+from hoptune.tasks.study._workflow import tune_step
+from hoptune.tasks.worker._checkpoint import Checkpoint, LatestCheckpoints, save_checkpoint
 
 
 def _checkpoint(value: float) -> Checkpoint:

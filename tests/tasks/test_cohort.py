@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from hoptune.regions import RegionConfig, get_family
-from hoptune.tasks._cohort import Member, train_cohort_pass
-from hoptune.tasks._training import build_trial_model, make_trial_optimizer, train_pass
+from hoptune.tasks.hop._cohort_pass import Member, train_cohort_pass
+from hoptune.tasks.hop._training import build_trial_model, make_trial_optimizer, train_pass
 
 USERS, ITEMS, ROWS = 40, 30, 300
 META = {"n_users": USERS, "n_items": ITEMS, "rating_range": [1.0, 5.0], "rating_mean": 3.2}
@@ -162,7 +162,7 @@ def test_padded_hidden_units_stay_exactly_zero(optimizer) -> None:
     family = get_family(region)
     data = _tabular_shard()
     fused = fuse(family, trials, [m.model for m in members], meta)
-    from hoptune.tasks._cohort import _cohort_optimizer
+    from hoptune.tasks.hop._cohort_pass import _cohort_optimizer
 
     opt = _cohort_optimizer(members, fused.parameters())
     g = torch.Generator().manual_seed(2)

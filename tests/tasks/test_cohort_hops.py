@@ -22,16 +22,16 @@ import torch
 from hoptune.core import Store
 from hoptune.regions import get_family, ingest, load_config
 from hoptune.tasks import checkpoint_key, create_study, load_checkpoint, replay_trial
-from hoptune.tasks._cohort_hop import hand_on_cohort, run_cohort_hop
-from hoptune.tasks._inline import run_inline
-from hoptune.tasks._messages import (
+from hoptune.tasks.hop._cohort_hop import run_cohort_hop
+from hoptune.tasks.study._inline import run_inline
+from hoptune.tasks.study._workflow import hand_on_cohort, tune_step
+from hoptune.tasks.worker._messages import (
     BadMessage,
     cohort_dispatch,
     hop_dispatch,
     parse_cohort,
 )
-from hoptune.tasks._runtime import region_of
-from hoptune.tasks._workflow import tune_step
+from hoptune.tasks.worker._runtime import region_of
 from hoptune.tuner import WorkerRecords
 
 CONFIGS = [
@@ -314,7 +314,7 @@ def test_cohorts_across_two_workers_train_each_trial_as_alone_and_asha_shrinks_t
     each cohort hops across both; ASHA prunes some mid-way and the cohorts go on smaller.
     Every trial, pruned or not, is bitwise itself trained alone in its recorded order."""
     from hoptune.tasks import app
-    from hoptune.tasks._driver import follow, start_studies
+    from hoptune.tasks.cli._follow import follow, start_studies
 
     path = make_config(shards=2, epochs=3, trials=8, parallel=8)
     path.write_text(path.read_text().replace(
@@ -365,7 +365,7 @@ def test_on_one_real_worker_a_trial_filling_a_freed_slot_trains_in_the_cohorts_n
     pass, its first epoch beside the others' second, through the real task path. Every
     trial is bitwise itself trained alone."""
     from hoptune.tasks import app
-    from hoptune.tasks._driver import follow, start_studies
+    from hoptune.tasks.cli._follow import follow, start_studies
 
     region = load_config(fused_config(make_config(shards=2, epochs=2, parallel=3), 4)
                          ).region("north")

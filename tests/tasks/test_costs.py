@@ -5,7 +5,7 @@ from __future__ import annotations
 from hoptune.core import Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import create_study, run_inline, tune_step
-from hoptune.tasks._costs import parameter_count, recorded_observations
+from hoptune.tasks.plan._costs import parameter_count, recorded_observations
 from hoptune.tuner import CostKey, WorkerRecords, fit_costs
 
 
@@ -34,8 +34,8 @@ def test_every_trained_hop_is_one_observation_keyed_by_its_worker(make_config, r
 
 def test_a_stopped_worker_s_hops_keep_the_class_of_the_process_that_ran_them(make_config, rt
                                                                             ) -> None:
-    from hoptune.tasks._liveness import live_after
-    from hoptune.tasks._status import health_sections
+    from hoptune.tasks.monitor._status import health_sections
+    from hoptune.tasks.worker._liveness import live_after
 
     region = load_config(make_config(shards=2, epochs=1, trials=1, parallel=1)
                          ).region("north")
@@ -60,7 +60,7 @@ def test_a_stopped_worker_s_hops_keep_the_class_of_the_process_that_ran_them(mak
 def test_a_models_parameter_count_is_built_once_a_process(make_config, rt) -> None:
     import numpy as np
 
-    from hoptune.tasks._costs import _parameter_count
+    from hoptune.tasks.plan._costs import _parameter_count
 
     region = load_config(make_config()).region("north")
     manifest = ingest(region, Store(rt.settings.store_url)).manifest

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from hoptune.core import ConfigError
-from hoptune.tasks._cluster import default_workers, worker_command
-from hoptune.tasks._device import (
+from hoptune.tasks.cli._cluster import default_workers, worker_command
+from hoptune.tasks.worker._device import (
     WorkerDevicePlan,
     local_devices,
     parse_device,

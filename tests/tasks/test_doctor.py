@@ -15,7 +15,7 @@ from hoptune import kernels
 from hoptune.core import Settings
 from hoptune.kernels import _specs
 from hoptune.kernels._selftest import SelfTestResult
-from hoptune.tasks import _doctor
+from hoptune.tasks.monitor import _doctor
 
 SECTIONS = {"versions", "devices", "kernels", "determinism", "broker", "database", "store", "ok"}
 

@@ -16,7 +16,7 @@ import pytest
 from hoptune.core import Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import app, create_study
-from hoptune.tasks._driver import follow, start_studies
+from hoptune.tasks.cli._follow import follow, start_studies
 
 pytestmark = pytest.mark.integration
 

@@ -129,7 +129,7 @@ def test_flower_shows_the_hops_of_a_study_behind_basic_auth(make_config, rt, clu
     from hoptune.core import Store
     from hoptune.regions import ingest, load_config
     from hoptune.tasks import app, create_study
-    from hoptune.tasks._driver import follow, start_studies
+    from hoptune.tasks.cli._follow import follow, start_studies
 
     region = load_config(make_config(shards=2, epochs=1, rows=1500)).region("north")
     manifest = ingest(region, Store(rt.settings.store_url)).manifest

@@ -12,10 +12,10 @@ import torch
 from hoptune.core import Settings, Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import Runtime, app, checkpoint_key, create_study, load_checkpoint, replay_trial
-from hoptune.tasks._cluster import LocalCluster
-from hoptune.tasks._device import worker_device
-from hoptune.tasks._driver import follow, start_studies
-from hoptune.tasks._workers import describe_workers
+from hoptune.tasks.cli._cluster import LocalCluster
+from hoptune.tasks.cli._follow import follow, start_studies
+from hoptune.tasks.worker._device import worker_device
+from hoptune.tasks.worker._info import describe_workers
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -61,7 +61,7 @@ def test_two_workers_hop_on_one_gpu_and_replay_bitwise(make_config, home, redis_
 def test_a_checkpoint_loads_onto_the_gpu_with_its_step_counts_on_the_cpu(make_config,
                                                                           home) -> None:
     from hoptune.tasks import run_hop
-    from hoptune.tasks._workflow import tune_step
+    from hoptune.tasks.study._workflow import tune_step
 
     region = load_config(make_config(shards=2, epochs=1, rows=1200)).region("north")
     rt = Runtime(worker="test", device=torch.device("cuda", 0))
@@ -73,7 +73,7 @@ def test_a_checkpoint_loads_onto_the_gpu_with_its_step_counts_on_the_cpu(make_co
         saved = load_checkpoint(rt.store, checkpoint_key(study, first.kwargs["trial"], 0, 0),
                                 rt.device)
         assert {t.device.type for t in saved.model.values()} == {"cuda"}
-        from hoptune.tasks._hop import restore_trial
+        from hoptune.tasks.hop._hop import restore_trial
 
         trial, record = rt.db.trial(first.kwargs["trial"]), rt.db.study(study)
         model, optimizer = restore_trial(rt, region, record, trial, 0, 1, manifest["meta"])

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hoptune.regions import load_config
-from hoptune.tasks._history import design_left, median_gaps
+from hoptune.tasks.plan._history import design_left, median_gaps
 from hoptune.tuner import parse_space
 
 T0 = datetime(2026, 11, 24, 1, 0, 0)

@@ -17,9 +17,9 @@ from hoptune.tasks import (
     replay_trial,
     run_hop,
 )
-from hoptune.tasks._driver import follow, start_studies
-from hoptune.tasks._inline import run_inline
-from hoptune.tasks._workflow import tune_step
+from hoptune.tasks.cli._follow import follow, start_studies
+from hoptune.tasks.study._inline import run_inline
+from hoptune.tasks.study._workflow import tune_step
 
 pytestmark = pytest.mark.integration
 

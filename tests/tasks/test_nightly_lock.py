@@ -14,8 +14,8 @@ import pytest
 from hoptune.core import Settings, StudyError
 from hoptune.regions import load_config
 from hoptune.tasks import Runtime, run_inline
-from hoptune.tasks._nightly import start_nightly
-from hoptune.tasks._nightly_lock import NIGHTLY_LOCK, holder
+from hoptune.tasks.study._nightly import start_nightly
+from hoptune.tasks.study._nightly_lock import NIGHTLY_LOCK, holder
 from hoptune.tuner import Locks, NightlyRecords
 
 

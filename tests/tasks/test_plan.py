@@ -13,8 +13,8 @@ import pytest
 from hoptune.core import ConfigError, Store, StudyError, parse_duration
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import create_study, run_inline, tune_step
-from hoptune.tasks._calibrate import CALIBRATION_TRIALS
-from hoptune.tasks._plan import Planner, trial_sizes
+from hoptune.tasks.cli._calibrate import CALIBRATION_TRIALS
+from hoptune.tasks.plan._plan import Planner, trial_sizes
 from hoptune.tuner import default_initial_points, parse_space
 
 
@@ -54,7 +54,7 @@ def test_the_deadline_gets_the_fewest_workers_the_simulator_says_meet_it(finishe
 
 
 def test_a_tuned_regions_hops_are_costed_at_its_trials_mean_size(finished, rt) -> None:
-    from hoptune.tasks._costs import parameter_count
+    from hoptune.tasks.plan._costs import parameter_count
 
     region = load_config(finished).region("north")
     study = rt.db.latest_study("north")
@@ -69,7 +69,7 @@ def test_a_tuned_regions_hops_are_costed_at_its_trials_mean_size(finished, rt) -
 
 def test_a_plan_starts_the_model_s_proposals_after_the_warm_start_s_results(finished,
                                                                             rt) -> None:
-    from hoptune.tasks._plan import _studies
+    from hoptune.tasks.plan._plan import _studies
 
     parent = rt.db.latest_study("north", state="done")
     told = [t for t in rt.db.trials(parent["id"]) if t["state"] in ("done", "pruned")]
@@ -131,14 +131,15 @@ def test_a_nightly_run_logs_its_plan_and_warns_at_once_of_a_miss(
         finished, home, monkeypatch, caplog, deadline: str, warned: bool) -> None:
     from hoptune.core import Settings
     from hoptune.tasks import Runtime
-    from hoptune.tasks._nightly import log_nightly_plan, start_nightly
+    from hoptune.tasks.plan._nightly import log_nightly_plan
+    from hoptune.tasks.study._nightly import start_nightly
 
     monkeypatch.setenv("HOPTUNE_NIGHTLY_DEADLINE", deadline)
     rt = Runtime(Settings.from_env(), worker="test")
     assert rt.settings.nightly_deadline == parse_duration(deadline)
     config = load_config(finished)
     run_id, dispatches = start_nightly(rt, config, trigger="test")
-    with caplog.at_level("INFO", logger="hoptune.tasks._plan"):
+    with caplog.at_level("INFO", logger="hoptune.tasks.plan._plan"):
         plan = log_nightly_plan(rt, config, run_id, workers=1)
     rt.db.dispose()
     assert len(dispatches) == 1 and plan is not None
@@ -155,8 +156,8 @@ def test_a_nights_plan_is_made_from_what_was_known_before_it(finished, rt, caplo
     """The plan is logged once the night's messages are sent, so no study waits for it; a
     night whose studies started, or tiny ones ended, before it gets the plan it would have
     had at its start: its own studies' hops and gaps are not learnt from."""
-    from hoptune.tasks._nightly import log_nightly_plan, start_nightly
-    from hoptune.tasks._plan import nightly_plan
+    from hoptune.tasks.plan._nightly import log_nightly_plan, nightly_plan
+    from hoptune.tasks.study._nightly import start_nightly
 
     config = load_config(finished)
     before = Planner(rt, config, ["north"]).plan(1)
@@ -167,7 +168,7 @@ def test_a_nights_plan_is_made_from_what_was_known_before_it(finished, rt, caplo
     assert rt.db.hops(study_id=study["id"])  # hops the plan must not learn from
     assert log_nightly_plan(rt, config, run_id, workers=1) == before
     assert Planner(rt, config, ["north"]).plan(1) != before  # as they would change it
-    with caplog.at_level("INFO", logger="hoptune.tasks._plan"):
+    with caplog.at_level("INFO", logger="hoptune.tasks.plan._plan"):
         assert nightly_plan(rt, config, [], run_id=7) is None
     assert [r.getMessage() for r in caplog.records] == [
         "nightly run 7: no plan: no region started"]

@@ -9,7 +9,7 @@ import pandas as pd
 from hoptune.core import Store
 from hoptune.regions import decode_validation, ingest, load_config
 from hoptune.tasks import create_study, run_inline
-from hoptune.tasks._messages import tune_step_dispatch
+from hoptune.tasks.worker._messages import tune_step_dispatch
 from hoptune.tuner import champion_card, load_predictor
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from hoptune.tasks._broker import EmbeddedRedis, _client
-from hoptune.tasks._cluster import LocalCluster
+from hoptune.tasks.cli._cluster import LocalCluster
+from hoptune.tasks.worker._broker import EmbeddedRedis, redis_client
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +90,7 @@ def test_study_survives_killing_workers_command_and_redis(make_config, rt, home)
                     data.unlink()
             servers.append(EmbeddedRedis(home / "broker").start())
             assert servers[-1].process.pid != redis_pid
-            assert _client(url, 5.0).dbsize() == 0
+            assert redis_client(url, 5.0).dbsize() == 0
         finally:
             workers.stop()
         before = {t["id"]: t for t in rt.db.trials(study["id"])}
@@ -132,8 +132,8 @@ def test_resuming_leaves_alone_the_trials_a_live_worker_is_running(make_config, 
     from hoptune.core import Store
     from hoptune.regions import ingest, load_config
     from hoptune.tasks import app, create_study
-    from hoptune.tasks._driver import start_studies
-    from hoptune.tasks._sweeper import sweep
+    from hoptune.tasks.cli._follow import start_studies
+    from hoptune.tasks.study._sweeper import sweep
 
     region = load_config(make_config(shards=2, epochs=6, trials=1, parallel=1, rows=8000,
                                      batch_size=4)).region("north")

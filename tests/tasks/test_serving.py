@@ -15,8 +15,8 @@ import torch
 from hoptune.core import Store
 from hoptune.regions import decode_validation, ingest, load_config
 from hoptune.tasks import create_study, run_inline
-from hoptune.tasks._messages import tune_step_dispatch
-from hoptune.tasks._training import build_trial_model
+from hoptune.tasks.hop._training import build_trial_model
+from hoptune.tasks.worker._messages import tune_step_dispatch
 from hoptune.tuner import champion_card, load_weights
 
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from hoptune import tuner
-from hoptune.tasks import _visit_order, _workflow
-from hoptune.tasks._simulate import SimStudy, assign_shards, hop_seconds_from, simulate
+from hoptune.tasks.hop import _visit_order, _workflow
+from hoptune.tasks.plan._simulate import SimStudy, assign_shards, hop_seconds_from, simulate
 from hoptune.tuner import AshaPruner, CostKey, HopCost
 
 
@@ -200,7 +200,7 @@ def test_trials_better_and_better_are_never_pruned() -> None:
 
 
 def test_which_trials_a_rung_keeps_depends_on_the_draw_and_a_plan_averages_draws() -> None:
-    from hoptune.tasks._plan import DRAWS, mean_result
+    from hoptune.tasks.plan._plan import DRAWS, mean_result
 
     pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=3)
     study = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=16, parallel=2,
@@ -217,8 +217,8 @@ def test_which_trials_a_rung_keeps_depends_on_the_draw_and_a_plan_averages_draws
 
 
 def test_the_metrics_trend_is_fitted_on_the_recorded_studies_own_shapes() -> None:
-    from hoptune.tasks._history import Shape
-    from hoptune.tasks._plan import _pruned_share, _trend
+    from hoptune.tasks.plan._history import Shape
+    from hoptune.tasks.plan._plan import _pruned_share, _trend
 
     eight, sixteen = Shape(8, 2, 3, 2, 2, 1), Shape(16, 2, 3, 2, 2, 1)
     assert _trend([]) == 0.0

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from hoptune.core import StoreError
-from hoptune.tasks._device import _nvidia_driver
-from hoptune.tasks._messages import hop_queue, tune_step_dispatch
+from hoptune.tasks.worker._device import _nvidia_driver
+from hoptune.tasks.worker._messages import hop_queue, tune_step_dispatch
 
 HEAVY = ("torch", "torchmetrics", "skopt", "sklearn", "scipy", "matplotlib")
 
@@ -31,10 +31,10 @@ import json, sys
 from hoptune.core import Settings
 from hoptune.regions import load_config
 from hoptune.tasks._app import app, send
-from hoptune.tasks._runtime import Runtime
-from hoptune.tasks._tune import first_step, open_study
-from hoptune.tasks._validate import check_region
-import hoptune.tasks._cluster, hoptune.tasks._driver, hoptune.tasks.cli
+from hoptune.tasks.worker._runtime import Runtime
+from hoptune.tasks.cli._tune import first_step, open_study
+from hoptune.tasks.study._validate import check_region
+import hoptune.tasks.cli._cluster, hoptune.tasks.cli._follow, hoptune.tasks.cli
 
 config = load_config(sys.argv[1])
 region = config.region("north")
@@ -63,7 +63,7 @@ def test_a_cold_start_proposes_in_the_command_and_a_warm_one_sends_a_tune_step(
         make_config, rt) -> None:
     from hoptune.regions import ingest, load_config
     from hoptune.tasks import create_study
-    from hoptune.tasks._tune import first_step
+    from hoptune.tasks.cli._tune import first_step
 
     config = load_config(make_config(("north", "south"), trials=4, parallel=2))
     warm_region, region = config.region("south"), config.region("north")
@@ -95,7 +95,8 @@ def test_without_the_nvidia_driver_a_host_has_no_gpu(tmp_path: Path) -> None:
 
 
 def test_counting_gpus_on_this_host_agrees_with_torch() -> None:
-    script = ("import sys; from hoptune.tasks._device import visible_gpus; n = visible_gpus(); "
+    script = ("import sys; from hoptune.tasks.worker._device import visible_gpus; "
+              "n = visible_gpus(); "
               "imported = 'torch' in sys.modules; import torch; "
               "print(n, torch.cuda.device_count(), imported)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -148,7 +149,7 @@ def test_a_workers_warm_up_loads_what_its_first_tune_step_and_validation_import(
 
 
 def test_status_says_which_live_workers_are_still_warming_up(rt) -> None:
-    from hoptune.tasks._status import health_sections
+    from hoptune.tasks.monitor._status import health_sections
     from hoptune.tuner import WorkerRecords
 
     records = WorkerRecords(rt.db)

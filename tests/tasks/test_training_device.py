@@ -23,8 +23,8 @@ from hoptune.tasks import (
     load_checkpoint,
     replay_trial,
 )
-from hoptune.tasks._inline import run_inline
-from hoptune.tasks._workflow import tune_step
+from hoptune.tasks.study._inline import run_inline
+from hoptune.tasks.study._workflow import tune_step
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 DEVICES = [pytest.param("cpu", id="cpu"),

@@ -9,7 +9,7 @@ import pytest
 from hoptune.core import ConfigError, Store
 from hoptune.regions import get_family, ingest, load_config
 from hoptune.tasks import checkpoint_key, create_study, load_checkpoint, run_inline
-from hoptune.tasks._messages import tune_step_dispatch
+from hoptune.tasks.worker._messages import tune_step_dispatch
 
 SPACE = """
 batch_size = { type = "int", low = 16, high = 512, prior = "log" }

@@ -12,7 +12,7 @@ import pytest
 from hoptune.core import Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import app, checkpoint_key, create_study, load_checkpoint
-from hoptune.tasks._driver import follow, start_studies
+from hoptune.tasks.cli._follow import follow, start_studies
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = (ROOT / "examples" / "hoptune.toml").read_text()
@@ -35,7 +35,7 @@ def _example(home: Path, **changes: str) -> Path:
 
 def test_the_example_factory_trains_and_is_judged_by_its_own_mae(home, rt, redis_url,
                                                                  monkeypatch) -> None:
-    from hoptune.tasks._cluster import LocalCluster
+    from hoptune.tasks.cli._cluster import LocalCluster
 
     monkeypatch.syspath_prepend(str(ROOT))
     region = load_config(_example(home)).region("ratings")

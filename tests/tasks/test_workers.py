@@ -12,7 +12,7 @@ import torch
 from hoptune import kernels
 from hoptune.kernels import _cupy, _dispatch, _specs
 from hoptune.kernels._selftest import SelfTestResult
-from hoptune.tasks._workers import kernels_summary
+from hoptune.tasks.worker._info import kernels_summary
 
 
 def test_the_summary_names_each_path_and_every_fallback(monkeypatch) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hoptune.core import Settings, Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import Runtime, create_study, run_inline, tune_step
-from hoptune.tasks._messages import tune_step_dispatch
+from hoptune.tasks.worker._messages import tune_step_dispatch
 from hoptune.tuner import AshaPruner
 
 
@@ -120,7 +120,7 @@ def test_a_warm_started_study_proposes_from_the_good_region(make_config, rt) -> 
 @pytest.mark.parametrize("bad", ["low-high", "unknown-type"])
 def test_a_bad_space_writes_no_study(make_config, rt, bad: str) -> None:
     from hoptune.core import ConfigError
-    from hoptune.tasks._tune import open_study
+    from hoptune.tasks.cli._tune import open_study
 
     path = make_config()
     text = path.read_text()
@@ -158,7 +158,7 @@ def test_a_remote_store_is_cached_on_local_disk(make_config, home, monkeypatch) 
 
 def test_opening_a_study_twice_resumes_the_running_one(make_config, backend) -> None:
     """`hoptune tune` run again finds the region's running study instead of creating another."""
-    from hoptune.tasks._tune import open_study
+    from hoptune.tasks.cli._tune import open_study
 
     rt = Runtime(Settings.from_env(), worker="test")
     config = load_config(make_config(("north", "south")))

@@ -1,0 +1,124 @@
+"""``hoptune tune``: start or resume a region's study, then follow it live.
+
+The study lives in the database and its workflow in Celery tasks, so this
+command can die at any point: running it again finds the region's running
+study, re-sends the furthest hop of each of its trials (a hop whose output
+exists only hands on, so this never trains anything twice) and follows it.
+A new study is warm-started from the region's last finished one.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from hoptune.core import Settings, StudyError
+from hoptune.regions import Config, RegionConfig, display_path, ingest
+from hoptune.tasks.cli._follow import follow, format_table, outcome, study_table
+from hoptune.tasks.study import check_region, create_study, sweep
+from hoptune.tasks.worker import Dispatch, Runtime, tune_step_dispatch
+
+__all__ = ["open_study", "tune_region"]
+
+
+def open_study(rt: Runtime, config: Config, region: RegionConfig, *, trials: int | None = None,
+               parallel: int | None = None) -> tuple[int, bool]:
+    """The region's running study (resumed), or a new one warm-started from the last."""
+    running = rt.db.latest_study(region.name, state="running")
+    if running is not None:
+        return running["id"], True
+    # a bad configuration stops here, before the store or the database is touched
+    check_region(config, region, tuned=True)
+    where = f"{display_path(config.path)}: regions.{region.name}.space"
+    manifest = ingest(region, rt.store).manifest
+    parent = rt.db.latest_study(region.name, state="done")
+    try:
+        study_id = create_study(rt, region, manifest=manifest, trials=trials, parallel=parallel,
+                                parent_id=parent["id"] if parent else None, where=where)
+    except StudyError:
+        # another command started the region's study meanwhile: follow that one
+        running = rt.db.latest_study(region.name, state="running")
+        if running is None:
+            raise
+        return running["id"], True
+    return study_id, False
+
+
+def tune_region(settings: Settings, config: Config, name: str, *, trials: int | None = None,
+                parallel: int | None = None, local_workers: int | None = None,
+                progress: bool = True, detach: bool = False) -> int:
+    """Start or resume the region's study and follow it; the first hop starts in seconds.
+
+    Local workers are spawned first (a bad configuration stops before that) and
+    import and preload while this process ingests, records the study and sends
+    its first ``tune_step``, which waits in Redis for the first worker up.
+    """
+    region = config.region(name)
+    check_region(config, region, tuned=True)
+    from hoptune.tasks import app, send
+    from hoptune.tasks.cli._cluster import local_cluster
+
+    with local_cluster(settings, {region.name: region.shards}, local_workers,
+                       wait=False) as cluster:
+        rt = Runtime(settings, worker="cli")
+        study_id, resumed = open_study(rt, config, region, trials=trials, parallel=parallel)
+        study = rt.db.study(study_id)
+        # resuming: send again every hop of the study that waits (a live worker's hop is
+        # left alone: its claim holds, and a copy of a waiting one is claimed once)
+        resend = sweep(rt, app, study_id, resend_after=0.0) if resumed else []
+        send([*first_step(rt, study_id, workers_starting=cluster is not None), *resend], app)
+        if resumed:
+            print(f"{region.name}: resuming study {study_id} ({study['budget']} trials, "
+                  f"{study['parallel']} at a time)")
+        else:
+            warm = f", warm-started from study {study['parent_id']}" if study["parent_id"] else ""
+            print(f"{region.name}: study {study_id}, {study['budget']} trials, "
+                  f"{study['parallel']} at a time{warm}")
+        if cluster is not None:
+            cluster.wait_ready(app)  # a worker that cannot start is an error, not a stall
+        elif not app.control.ping(timeout=1.0, limit=1):  # the first answer is enough
+            print("hoptune: warning: no worker answers; start `hoptune up` or "
+                  "`hoptune worker --shards …`", file=sys.stderr)
+        if detach:
+            print(f"study {study_id} runs in the workers; `hoptune status` shows it")
+            return 0
+        follow(rt, app, [study_id], progress=progress)
+    print_study(rt, study_id)
+    status, problems = outcome(rt, study_id)
+    for line in problems:
+        print(f"hoptune: {line}", file=sys.stderr)
+    return status
+
+
+def first_step(rt: Runtime, study_id: int, *, workers_starting: bool) -> list[Dispatch]:
+    """The messages that start a study: its first trials' hops, or a ``tune_step``.
+
+    While this command's own workers are still starting, their first seconds go
+    to importing torch: proposing the first trials here, meanwhile, puts their
+    hops in the queues before any worker is ready. Running workers propose
+    faster than this process could import scikit-optimize, so they are sent a
+    ``tune_step``.
+    """
+    if not workers_starting:
+        return [tune_step_dispatch(study_id)]
+    from hoptune.tasks.study import tune_step
+
+    return tune_step(rt, study_id)
+
+
+def print_study(rt: Runtime, study_id: int, top: int = 10) -> None:
+    study = rt.db.study(study_id)
+    rows: list[dict[str, Any]] = study_table(rt, study_id)
+    scored = sorted((r for r in rows if r["metric"] is not None),
+                    key=lambda r: r["metric"], reverse=not study["minimize"])
+    shown = scored[:top] + [r for r in rows if r["metric"] is None][: max(top - len(scored), 0)]
+    print(format_table(shown, ["trial", "state", "metric", "epochs", "hops", "seconds",
+                               "params"]))
+    if study["best_trial_id"]:
+        best = rt.db.trial(study["best_trial_id"])
+        print(f"study {study_id} {study['state']}: best trial {best['number']} "
+              f"{best['last_metric']:.4g} with {best['params']}")
+    else:
+        print(f"study {study_id} {study['state']}: {study['failure'] or 'no finished trial'}")
+    if study["promotion"] is not None:
+        print(f"promotion: {study['promotion']['reason']}")

@@ -1,0 +1,353 @@
+"""A discrete-event simulation of studies on N workers, running the cluster's own policies.
+
+Each study has K shards (rows per shard), a ``budget`` of trials with at most
+``parallel`` in flight, and ``epochs`` epochs per trial. Its first hops are
+placed as ``tune_step`` places them (``choose_visit_order`` then
+``first_shards``), every later hop as ``StudyDB.hand_on_hop`` does
+(``next_shard`` over the epoch's unvisited shards, ``placed_order``), and an
+epoch's end decides as ``end_of_epoch`` does, with the real ``AshaPruner``.
+The functions are looked up on their modules at call time, so the simulation
+always runs the policy the cluster runs.
+
+Workers consume the queues of the shards they own (replicas allowed), one hop
+at a time, the oldest waiting message first. A hop holds its worker for
+``hop_seconds(rows)``; an epoch's last hop also validates (``validation``
+seconds); each message takes ``dispatch`` seconds from send to queue; after a
+hop its worker takes ``turnaround`` seconds (the hand-on sent, the message
+acknowledged, the next one fetched and claimed) before its next task. A
+trial's end sends a ``tune_step`` to the control queue, which every worker
+consumes as the cluster's workers do: it waits its turn with the hops, the
+oldest message first, and holds the worker that takes it while the optimizer
+proposes and the new trials are recorded; the trials it starts then send their
+first hops. As ``tune_step`` does, it proposes for the slots free when it
+starts (a slot freed meanwhile waits for its own step) and, where another
+step recorded trials meanwhile, proposes again. ``start`` is the seconds
+from a trial's end to its successor's first hop (the ``tune_step`` message,
+its work and the hop's message), so a ``tune_step`` holds its worker
+``start - 2 * dispatch`` seconds (at least 0) for each proposal;
+``start_model`` replaces ``start`` once the study's optimizer proposes from
+its model (``design_left`` of its trials have ended: fitting the model takes
+longer than picking a point of the initial design); one with no slot to fill
+(a slot another one filled, or the study's last, which records its end) only
+reads, in no time. A study's
+first trials wait ``head`` seconds instead (its first ``tune_step``, on a
+worker that may still be importing, with nothing else to do yet). For
+pruning each trial has a deterministic synthetic metric (its rank in a seeded
+shuffle, the same at every epoch; ``draw`` picks the shuffle), so ASHA keeps
+about one trial in ``reduction_factor`` at each rung, as it would on metrics in
+random order;
+``improving`` blends in a trend, later trials better (an optimizer that learns
+from the earlier ones), so fewer are pruned.
+
+A study under way is simulated from where it stands: ``in_flight`` names the
+(epochs done, hops done in the current epoch) of each trial already started;
+those trials are the study's first, they go on from there, and the rest of
+the ``budget`` starts as they finish. A hop running now counts whole.
+
+Plain functions over plain data: no Celery, Redis or database.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hoptune import tuner
+from hoptune.tasks.hop import choose_visit_order, trial_seed
+from hoptune.tuner import AshaPruner, HopCost
+
+__all__ = ["SimResult", "SimStudy", "assign_shards", "hop_seconds_from", "simulate"]
+
+
+def hop_seconds_from(cost: HopCost, batch_size: float, parameters: float, scale: float = 1.0
+                     ) -> Callable[[int], float]:
+    """A hop's seconds by its rows, from a fitted cost (times ``scale``, for a range)."""
+    return lambda rows: scale * cost.seconds(rows, batch_size, parameters)
+
+
+_CONTROL = ("", -1)  # the control queue's key among the shards' queues
+
+
+@dataclass(frozen=True)
+class SimStudy:
+    """One study to simulate: a region's shards and its tuning settings."""
+
+    region: str
+    rows: Sequence[int]  # rows per shard; K = len(rows)
+    hop_seconds: Callable[[int], float]
+    budget: int  # trials to run, the ones in flight included
+    parallel: int
+    epochs: int
+    seed: int = 0
+    pruner: AshaPruner | None = None  # None: no pruning (a fixed configuration)
+    minimize: bool = True
+    # the metric a trial reports after an epoch (trial index, 1-based epoch); None: seeded ranks
+    metric: Callable[[int, int], float] | None = None
+    # trials already started, as (epochs done, hops done in the current epoch): a study under way
+    in_flight: Sequence[tuple[int, int]] = ()
+    # 0: the seeded ranks, in random order; 1: every trial better than the one before
+    improving: float = 0.0
+    # which random order of the ranks (one draw of many: a planner averages over draws)
+    draw: int = 0
+    # trials to end before its tune_steps propose from the model; None: never (no space)
+    design_left: int | None = None
+
+    @property
+    def shards(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class SimResult:
+    wall_seconds: float
+    busy_share: dict[str, float]  # each worker's busy time over the wall time
+    longest_backlog: int  # the most hops ever waiting on one shard's queue
+    hops: int
+    train_seconds: float  # hop time, summed over workers
+    validation_seconds: float
+    dispatch_seconds: float  # message time, summed over messages
+    trials: dict[str, dict[str, int]] = field(default_factory=dict)  # per region: by outcome
+
+
+def assign_shards(shards: dict[str, int], workers: int) -> dict[tuple[str, int], list[str]]:
+    """Owners of each (region, shard): round robin over the workers, every worker busy.
+
+    With more workers than shards, the extra workers replicate shards in turn.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    slots = [(r, k) for r, n in shards.items() for k in range(n)]
+    owners: dict[tuple[str, int], list[str]] = {s: [] for s in slots}
+    for i in range(max(workers, len(slots))):
+        owners[slots[i % len(slots)]].append(f"w{i % workers}")
+    return {s: sorted(set(o)) for s, o in owners.items()}
+
+
+@dataclass
+class _Trial:
+    index: int
+    seed: int
+    epoch: int = 0
+    position: int = 0
+    order: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Study:
+    spec: SimStudy
+    metrics: list[float]
+    next_trial: int = 0
+    running: dict[int, _Trial] = field(default_factory=dict)
+    rung_values: dict[int, list[float]] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+def _synthetic_metrics(spec: SimStudy) -> list[float]:
+    ranks = list(range(spec.budget))
+    random.Random(f"simulate:{spec.seed}" + (f":{spec.draw}" if spec.draw else "")
+                  ).shuffle(ranks)
+    trend = range(spec.budget - 1, -1, -1) if spec.minimize else range(spec.budget)
+    return [(1 - spec.improving) * r + spec.improving * t
+            for r, t in zip(ranks, trend, strict=True)]
+
+
+def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], list[str]],
+             *, validation: float = 0.0, dispatch: float = 0.0, start: float = 0.0,
+             start_model: float | None = None, head: float = 0.0,
+             turnaround: float = 0.0) -> SimResult:
+    """Simulate ``studies`` started together on ``workers`` (a count, or owners per shard);
+    ``start_model`` defaults to ``start``."""
+    names = [s.region for s in studies]
+    if len(set(names)) != len(names):
+        raise ValueError("one study per region")
+    owners = (assign_shards({s.region: s.shards for s in studies}, workers)
+              if isinstance(workers, int) else workers)
+    state = {s.region: _Study(s, _synthetic_metrics(s)) for s in studies}
+    everyone = sorted({w for o in owners.values() for w in o})
+    busy = dict.fromkeys(everyone, 0.0)
+    idle = set(everyone)
+    queued: dict[tuple[str, int], list[tuple[float, int, str, int]]] = {s: [] for s in owners}
+    queued[_CONTROL] = []  # tune_steps: (arrived, seq, region, -1), taken by any worker
+    # a tune_step's work on its worker: proposing from the initial design, from the model
+    hold = {False: max(0.0, start - 2 * dispatch),
+            True: max(0.0, (start if start_model is None else start_model) - 2 * dispatch)}
+    running: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)
+    sent: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)  # on its way: queued already
+    held: dict[str, int] = dict.fromkeys(everyone, 0)
+    events: list[tuple[float, int, str, tuple]] = []
+    seq = 0
+    totals = {"hops": 0, "train": 0.0, "validation": 0.0, "dispatch": 0.0, "backlog": 0}
+    now = 0.0
+
+    def push(at: float, kind: str, payload: tuple) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (at, seq, kind, payload))
+
+    def loads(region: str) -> tuner.ShardLoads:
+        k = state[region].spec.shards
+        return tuner.ShardLoads(
+            queued={s: len(queued[(region, s)]) + sent[(region, s)] for s in range(k)},
+            running={s: running[(region, s)] for s in range(k)},
+            owners={s: list(owners[(region, s)]) for s in range(k)}, held=dict(held))
+
+    def send(region: str, trial: int, shard: int, delay: float = 0.0) -> None:
+        totals["dispatch"] += dispatch + delay
+        sent[(region, shard)] += 1
+        push(now + delay + dispatch, "arrive", (region, trial, shard))
+
+    def first_order(study: _Study, trial: _Trial, epoch: int, here: str | None = None
+                    ) -> list[int]:
+        others = [(t.order, t.position) for t in study.running.values() if t is not trial]
+        tentative = choose_visit_order(study.spec.shards, trial.seed, epoch, others)
+        return tuner.first_shards([tentative], loads(study.spec.region), here)[0]
+
+    def resume_trials(study: _Study) -> None:
+        spec = study.spec
+        if len(spec.in_flight) > spec.budget:
+            raise ValueError(f"{spec.region}: {len(spec.in_flight)} trials in flight, more "
+                             f"than the budget of {spec.budget}")
+        for epoch, position in spec.in_flight:
+            if not (0 <= epoch < spec.epochs and 0 <= position < spec.shards):
+                raise ValueError(f"{spec.region}: a trial in flight at epoch {epoch}, hop "
+                                 f"{position} is outside {spec.epochs} epochs of "
+                                 f"{spec.shards} hops")
+            trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial),
+                           epoch=epoch, position=position)
+            study.next_trial += 1
+            study.running[trial.index] = trial
+            trial.order = first_order(study, trial, epoch)
+            send(spec.region, trial.index, trial.order[position])
+
+    def start_trials(study: _Study, delay: float, limit: int | None = None) -> None:
+        spec = study.spec
+        started = 0
+        while len(study.running) < spec.parallel and study.next_trial < spec.budget \
+                and (limit is None or started < limit):
+            started += 1
+            trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial))
+            study.next_trial += 1
+            study.running[trial.index] = trial
+            trial.order = first_order(study, trial, 0)
+            send(spec.region, trial.index, trial.order[0], delay)
+
+    def take(worker: str) -> None:
+        mine = [s for s, o in owners.items() if worker in o and queued[s]]
+        if queued[_CONTROL]:
+            mine.append(_CONTROL)
+        if not mine:
+            idle.add(worker)
+            return
+        shard = min(mine, key=lambda s: queued[s][0][:2])
+        _, _, region, trial = heapq.heappop(queued[shard])
+        idle.discard(worker)
+        if shard == _CONTROL:
+            propose(worker, region)
+            return
+        study = state[region]
+        t = study.running[trial]
+        seconds = study.spec.hop_seconds(study.spec.rows[shard[1]])
+        totals["train"] += seconds
+        if t.position == study.spec.shards - 1:
+            seconds += validation
+            totals["validation"] += validation
+        running[shard] += 1
+        held[worker] += 1
+        busy[worker] += seconds
+        totals["hops"] += 1
+        push(now + seconds, "done", (worker, shard, region, trial))
+
+    def propose(worker: str, region: str) -> None:
+        """A ``tune_step`` on ``worker``: it reads the study, proposes for the slots free
+        then (outside any lock: its work holds the worker), and records that many trials
+        unless another step recorded some meanwhile, when it reads and proposes again.
+        With no slot free it only reads, in no time."""
+        study = state[region]
+        free = min(study.spec.parallel - len(study.running),
+                   study.spec.budget - study.next_trial)
+        if free <= 0:
+            push(now, "tune_step", (worker, region, study.next_trial, 0))
+            return
+        left = study.spec.design_left
+        modelled = left is not None and sum(study.outcomes.values()) >= left
+        push(now + hold[modelled], "tune_step", (worker, region, study.next_trial, free))
+
+    def end_epoch(study: _Study, t: _Trial, here: str) -> None:
+        spec = study.spec
+        epoch = t.epoch + 1  # 1-based, as end_of_epoch passes it
+        metric = spec.metric(t.index, epoch) if spec.metric else study.metrics[t.index]
+        values = study.rung_values.setdefault(epoch, [])
+        values.append(metric)
+        if epoch >= spec.epochs:
+            outcome = "done"
+        elif spec.pruner is not None and spec.pruner.should_prune(
+                epoch, metric, list(values), minimize=spec.minimize):
+            outcome = "pruned"
+        else:
+            t.epoch, t.position = epoch, 0
+            t.order = first_order(study, t, epoch, here)
+            send(spec.region, t.index, t.order[0])
+            return
+        study.outcomes[outcome] = study.outcomes.get(outcome, 0) + 1
+        del study.running[t.index]
+        totals["dispatch"] += dispatch
+        push(now + dispatch, "arrive", (spec.region, -1, _CONTROL[1]))  # its tune_step
+
+    for study in state.values():
+        resume_trials(study)
+        start_trials(study, start if study.spec.in_flight else head)
+    while events:
+        now, _, kind, payload = heapq.heappop(events)
+        if kind == "arrive":
+            region, trial, shard = payload
+            key = (region, shard) if trial >= 0 else _CONTROL
+            if trial >= 0:
+                sent[key] -= 1
+                totals["backlog"] = max(totals["backlog"], len(queued[key]) + 1)
+            heapq.heappush(queued[key], (now, seq, region, trial))
+            for worker in sorted(owners[key]) if trial >= 0 else everyone:
+                if worker in idle:
+                    take(worker)
+                    break
+            continue
+        if kind == "tune_step":
+            worker, region, seen, free = payload
+            if free and state[region].next_trial != seen:  # another step recorded meanwhile
+                propose(worker, region)
+                continue
+            start_trials(state[region], 0.0, free)
+            take(worker)
+            continue
+        if kind == "free":  # its turnaround after a hop is over
+            take(payload[0])
+            continue
+        worker, shard, region, trial = payload
+        running[shard] -= 1
+        held[worker] -= 1
+        study = state[region]
+        t = study.running[trial]
+        following = t.position + 1
+        if following < study.spec.shards:
+            nxt = t.order[following]
+            if following + 1 < study.spec.shards:
+                nxt = tuner.next_shard(t.order[following:], loads(region),
+                                           study.spec.shards, worker)
+            t.order = tuner.placed_order(t.order, following, nxt)
+            t.position = following
+            send(region, trial, nxt)
+        else:
+            end_epoch(study, t, worker)
+        if turnaround > 0:
+            push(now + turnaround, "free", (worker,))
+        else:
+            take(worker)
+    wall = now
+    return SimResult(
+        wall_seconds=wall,
+        busy_share={w: (b / wall if wall > 0 else 0.0) for w, b in busy.items()},
+        longest_backlog=totals["backlog"], hops=totals["hops"],
+        train_seconds=totals["train"], validation_seconds=totals["validation"],
+        dispatch_seconds=totals["dispatch"],
+        trials={r: dict(s.outcomes) for r, s in state.items()})

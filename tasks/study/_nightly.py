@@ -1,0 +1,114 @@
+"""The nightly retraining: every region re-ingested, tuned warm, and promoted if better.
+
+``start_nightly`` is what ``hoptune nightly`` and the beat-scheduled task both
+run, and ``log_nightly_plan`` what they run once its messages are sent. It takes
+the nightly lock (in the study database; it expires if its
+holder stops making progress, so a dead run does not block the next night),
+re-ingests each region (a no-op when the data is unchanged), starts a study
+warm-started from the region's last one, and returns the messages that set
+them going. Nothing waits: when a study ends, its promotion records the
+region's outcome, and the last region to end finishes the run and frees the
+lock. A region that fails (bad data, every trial failing) is recorded and the
+others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+from hoptune.core import HoptuneError, StudyError
+from hoptune.regions import Config
+from hoptune.tasks.study._nightly_lock import NIGHTLY_LOCK, holder, lock_seconds
+from hoptune.tasks.study._validate import check_region
+from hoptune.tasks.worker import Dispatch, Runtime, tune_step_dispatch
+from hoptune.tuner import Locks, NightlyRecords
+
+__all__ = ["start_nightly", "after_promotion"]
+
+log = logging.getLogger(__name__)
+
+def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *,
+                  trigger: str = "cli") -> tuple[int, list[Dispatch]]:
+    """Start a nightly run over ``names`` (default: every region); refuse if one is going.
+
+    Returns the run's id and the messages that set its studies going; the
+    caller sends them, then logs the plan (``log_nightly_plan``).
+    """
+    from hoptune.regions import ingest
+    from hoptune.tasks.study._study import create_study
+
+    regions = [config.region(n) for n in names] if names else list(config.regions.values())
+    records, locks = NightlyRecords(rt.db), Locks(rt.db)
+    run_id = records.start_run(trigger, socket.gethostname())
+    held = locks.acquire(NIGHTLY_LOCK, holder(run_id), lock_seconds())
+    if held is not None:
+        records.finish_run(run_id, "refused")
+        raise StudyError(
+            f"a nightly run is already going ({held['holder']}, lock held until "
+            f"{held['expires_at']:%Y-%m-%d %H:%M:%S} UTC unless it makes progress); "
+            f"not starting another")
+    _abandon_stale_runs(rt, run_id)
+    out: list[Dispatch] = []
+    checked = []
+    for region in regions:  # every region's configuration first, before any data is read
+        try:
+            check_region(config, region, tuned=True)
+        except HoptuneError as exc:
+            log.warning("nightly run %d: %s failed: %s", run_id, region.name, exc)
+            records.add_region(run_id, region.name, "failed", outcome=str(exc))
+            continue
+        checked.append(region)
+    for region in checked:
+        try:
+            running = rt.db.latest_study(region.name, state="running")
+            if running is not None:
+                raise StudyError(f"study {running['id']} of {region.name} is still running")
+            result = ingest(region, rt.store)
+            parent = rt.db.latest_study(region.name, state="done")
+            study_id = create_study(rt, region, manifest=result.manifest,
+                                    parent_id=parent["id"] if parent else None,
+                                    nightly_run_id=run_id)
+        except HoptuneError as exc:
+            log.warning("nightly run %d: %s failed: %s", run_id, region.name, exc)
+            records.add_region(run_id, region.name, "failed", outcome=str(exc))
+            continue
+        records.add_region(run_id, region.name, "running", study_id=study_id,
+                           ingested=result.changed)
+        out.append(tune_step_dispatch(study_id))
+    _maybe_finish(rt, run_id)
+    return run_id, out
+
+
+def _abandon_stale_runs(rt: Runtime, current: int) -> None:
+    """Runs whose lock expired are over: mark them, so the status view says so."""
+    records = NightlyRecords(rt.db)
+    for run in records.runs():
+        if run["state"] == "running" and run["id"] != current:
+            records.finish_run(run["id"], "abandoned")
+
+
+def after_promotion(rt: Runtime, study: dict[str, Any], decision: dict[str, Any]) -> None:
+    """Record a nightly study's outcome; the last region to end finishes the run."""
+    run_id = study["nightly_run_id"]
+    if run_id is None:
+        return
+    if study["state"] != "done":
+        state = "failed"
+    else:
+        state = "promoted" if decision["promoted"] else "kept"
+    outcome = decision["reason"]
+    if decision.get("version"):
+        outcome = f"{decision['version']}: {outcome}"
+    NightlyRecords(rt.db).end_region(run_id, study["region"], state, outcome)
+    _maybe_finish(rt, run_id)
+
+
+def _maybe_finish(rt: Runtime, run_id: int) -> None:
+    records = NightlyRecords(rt.db)
+    if any(r["state"] == "running" for r in records.regions(run_id)):
+        return
+    if records.finish_run(run_id, "done"):
+        Locks(rt.db).release(NIGHTLY_LOCK, holder(run_id))
+        log.info("nightly run %d finished", run_id)

@@ -1,0 +1,356 @@
+"""The tuning workflow: fill free trial slots, end epochs, finish studies.
+
+No step waits on another: ``tune_step`` starts trials and returns; the last
+hop of an epoch reports the epoch's end, and ``hand_on`` calls ``end_of_epoch``,
+which continues, prunes or ends the trial and asks for another ``tune_step``
+when a slot frees. Each function
+returns the messages to send; the Celery tasks only send them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, NamedTuple
+
+import torch
+
+from hoptune.regions import RegionConfig, get_family, trial_settings
+from hoptune.tasks.hop import (
+    EpochEnd,
+    HopReport,
+    choose_visit_order,
+    cohort_of,
+    form_cohorts,
+    model_at,
+    trial_seed,
+)
+from hoptune.tasks.study._nightly_lock import renew as renew_nightly_lock
+from hoptune.tasks.study._study import create_study
+from hoptune.tasks.worker import (
+    Dispatch,
+    Runtime,
+    checkpoint_key,
+    hop_dispatch,
+    keep_final,
+    live_after,
+    promote_dispatch,
+    region_of,
+    tune_step_dispatch,
+)
+from hoptune.tuner import (
+    AshaPruner,
+    cohort_size,
+    first_shards,
+    idle_owners,
+    placed_order,
+    selected_epoch,
+    told,
+    trial_metric,
+)
+
+__all__ = ["CohortStart", "create_study", "tune_step", "hand_on", "hand_on_cohort",
+           "end_of_epoch", "best_trial", "trial_seed", "others_positions"]
+
+log = logging.getLogger(__name__)
+
+# How many times tune_step re-reads the study when another tune_step added trials meanwhile.
+_PROPOSAL_ATTEMPTS = 5
+
+
+def others_positions(rt: Runtime, study_id: int, conn: Any = None) -> list[tuple[list[int], int]]:
+    return [(r["visit_order"], r["position"]) for r in rt.db.running_positions(study_id, conn)]
+
+
+def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
+               ) -> list[dict[str, Any]]:
+    """New parameter sets for the free slots, proposed outside any lock."""
+    if study["space"] is None:
+        return []
+    active = [t for t in trials if t["state"] in ("pending", "running")]
+    free = min(study["parallel"] - len(active), study["budget"] - len(trials))
+    if free <= 0:
+        return []
+    # scikit-optimize (seconds to import) loads here, in the worker, never in a driver
+    from hoptune.tuner import Space, propose, study_prior
+
+    space = Space.from_json(study["space"])
+    names = set(space.names)
+    minimize, select = bool(study["minimize"]), region_of(study).select
+    prior = study_prior(rt.db, study["parent_id"], space, minimize=minimize, select=select)
+    return propose(space, told(trials, names, minimize=minimize, select=select),
+                   [{k: t["params"][k] for k in names} for t in active],
+                   free, seed=study["seed"], minimize=bool(study["minimize"]),
+                   prior=prior)
+
+
+class CohortStart(NamedTuple):
+    """A cohort whose members start their next epoch now, together: its ``cohort_of`` key,
+    the shard its next pass trains on, and how many members go on."""
+
+    cohort: str
+    shard: int
+    members: int
+
+
+def tune_step(rt: Runtime, study_id: int, joining: CohortStart | None = None
+              ) -> list[Dispatch]:
+    """Fill the study's free trial slots; finish the study when its budget is spent.
+
+    With ``joining`` (a cohort at its epoch boundary), the new trials of its key
+    start their first epoch in it, up to the region's ``fuse`` members: their first
+    hops take the cohort's shard and travel in its message.
+
+    Each trial it records carries the seconds this step had worked by then
+    (``proposal_seconds``): what the planner holds a worker for a trial's start.
+    """
+    began = time.perf_counter()
+    db = rt.db
+    for _ in range(_PROPOSAL_ATTEMPTS):
+        snapshot = db.trials(study_id)
+        study = db.study(study_id)
+        if study["state"] != "running":
+            return []
+        proposals = _proposals(rt, study, snapshot)
+        with db.locked_study(study_id) as (conn, study):
+            if study["state"] != "running":
+                return []
+            trials = db.trials(study_id, conn)
+            if len(trials) != len(snapshot):
+                continue  # another tune_step added trials meanwhile: propose again
+            return _fill_slots(rt, conn, study, trials, proposals, began, joining)
+    log.warning("study %d: tune_step gave way %d times; the next one fills the slots",
+                study_id, _PROPOSAL_ATTEMPTS)
+    return []
+
+
+def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict[str, Any]],
+                proposals: list[dict[str, Any]], began: float,
+                joining: CohortStart | None = None) -> list[Dispatch]:
+    db = rt.db
+    region = region_of(study)
+    defaults = {**get_family(region).default_params, **region.params}
+    if proposals:
+        start = len(trials)
+        entries = [({**defaults, **p}, trial_seed(study["seed"], start + i))
+                   for i, p in enumerate(proposals)]
+        db.add_trials(conn, study["id"], entries,
+                      proposal_seconds=time.perf_counter() - began)
+        trials = db.trials(study["id"], conn)
+    running = [t for t in trials if t["state"] == "running"]
+    pending = [t for t in trials if t["state"] == "pending"]
+    free = study["parallel"] - len(running)
+    out: list[Dispatch] = []
+    loads = db.shard_loads(region.name, live_after(), conn)
+    starting = pending[: max(free, 0)]
+    keys = [cohort_of(region, t["params"]) for t in starting]
+    idle = len(idle_owners(loads, region.shards)) if region.fuse > 1 else 0
+    sizes = {k: cohort_size(keys.count(k), region.fuse, idle) for k in set(keys) - {None}}
+    # cohort -> its first shard, members so far, most members
+    cohorts: dict[str, tuple[int, int, int]] = (
+        {joining.cohort: (joining.shard, joining.members, region.fuse)}
+        if joining is not None else {})
+    for trial, cohort in zip(starting, keys, strict=True):
+        tentative = choose_visit_order(region.shards, trial["seed"], 0,
+                                       others_positions(rt, study["id"], conn))
+        joined = cohorts.get(cohort) if cohort is not None else None
+        if joined is not None and joined[1] < joined[2]:  # starts with its cohort
+            order = placed_order(tentative, 0, joined[0])
+            cohorts[cohort] = (joined[0], joined[1] + 1, joined[2])
+        else:
+            order = first_shards([tentative], loads)[0]
+            if cohort is not None:
+                cohorts[cohort] = (order[0], 1, sizes[cohort])
+        order, created = db.start_epoch(trial["id"], 0, order, conn)
+        if created:
+            out.append(hop_dispatch(region.name, study["id"], trial["id"], 0, 0, order[0]))
+    if not running and not pending and len(trials) >= study["budget"]:
+        if _finish_study(rt, conn, study, trials):
+            out.append(promote_dispatch(study["id"]))
+    if region.fuse < 2:
+        return out
+    return form_cohorts(rt, out, regions={study["id"]: region},
+                        params={t["id"]: t["params"] for t in trials})
+
+
+def best_trial(trials: list[dict[str, Any]], minimize: bool, select: str = "best"
+               ) -> dict[str, Any] | None:
+    """The best finished trial (pruned ones only if none finished), by its metric under
+    ``select``: its best epoch's (the weights promotion takes) or its last epoch's.
+    """
+    scored = [t for t in trials if t["state"] in ("done", "pruned")
+              and trial_metric(t, select) is not None]
+    finished = [t for t in scored if t["state"] == "done"] or scored
+    if not finished:
+        return None
+    return (min if minimize else max)(finished, key=lambda t: trial_metric(t, select))
+
+
+def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
+                  trials: list[dict[str, Any]]) -> bool:
+    """End the study (in the caller's transaction); False if it had already ended."""
+    best = best_trial(trials, bool(study["minimize"]), region_of(study).select)
+    ended = rt.db.finish_study(study["id"], "done" if best else "failed",
+                               best_trial_id=best["id"] if best else None,
+                               failure=None if best else "every trial failed", conn=conn)
+    log.info("study %d of region %s finished: %s", study["id"], study["region"],
+             "done" if best else "failed")
+    return ended
+
+
+def hand_on(rt: Runtime, report: HopReport) -> list[Dispatch]:
+    """The messages a hop delivery sends: its own, and the epoch's end after its last hop."""
+    end = report.epoch_end
+    if end is None:
+        return list(report.dispatch)
+    return [*report.dispatch, *end_of_epoch(rt, end.region, end.study, end.trial, end.epoch,
+                                            end.model, end.manifest)]
+
+
+def hand_on_cohort(rt: Runtime, reports: list[HopReport]) -> list[Dispatch]:
+    """The messages a cohort delivery sends: each member's, its epoch's end decided per
+    member, the members that go on to the next epoch on one first shard, bundled again,
+    with the new trials that fill the slots members freed where they join it."""
+    out: list[Dispatch] = []
+    first: int | None = None
+    going_on: list[EpochEnd] = []
+    for report in reports:
+        out.extend(report.dispatch)
+        end = report.epoch_end
+        if end is None:
+            continue
+        sent = end_of_epoch(rt, end.region, end.study, end.trial, end.epoch, end.model,
+                            end.manifest, first_shard=first)
+        out.extend(sent)
+        start = next((d.kwargs["shard"] for d in sent
+                      if d.task == "hoptune.hop" and d.kwargs["position"] == 0), None)
+        if start is not None:
+            first = start if first is None else first  # the first member's choice
+            going_on.append(end)
+    if first is not None:
+        out = _fill_at_boundary(rt, out, going_on, first)
+    return form_cohorts(rt, out)
+
+
+def _fill_at_boundary(rt: Runtime, out: list[Dispatch], going_on: list[EpochEnd], first: int
+                      ) -> list[Dispatch]:
+    """``out`` with its ``tune_step`` run here, its new trials joining the members that go
+    on, where that starts them no later than a message would.
+
+    A member that ended at this boundary freed a slot. Its ``tune_step`` message
+    would start the new trial alone, one pass more for every hop of its first
+    epoch; run here, before the cohort's next message is sent, the new trial
+    starts its first epoch in that message. Only where no shard of the region
+    has an idle owner: an idle worker starts a trial sent to it at once, sooner
+    than the cohort's pass would, so there the message goes as before. Should the
+    step fail here, the message goes as before too.
+    """
+    region, study = going_on[0].region, going_on[0].study
+    steps = [d for d in out if d.task == "hoptune.tune_step" and d.kwargs["study"] == study["id"]]
+    if not steps:  # no member ended here
+        return out
+    key = cohort_of(region, going_on[0].trial["params"])
+    if key is None:
+        return out
+    members = sum(cohort_of(region, e.trial["params"]) == key for e in going_on)
+    if members >= region.fuse:
+        return out
+    if idle_owners(rt.db.shard_loads(region.name, live_after()), region.shards):
+        return out
+    try:
+        started = tune_step(rt, study["id"], joining=CohortStart(key, first, members))
+    except Exception:  # noqa: BLE001 - the tune_step message fills the slots instead
+        log.warning("study %d: filling the slots at a cohort's epoch boundary failed; "
+                    "sending tune_step", study["id"], exc_info=True)
+        return out
+    return [d for d in out if d not in steps] + started
+
+
+def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
+                 trial: dict[str, Any], epoch: int, model: torch.nn.Module | None,
+                 manifest: dict[str, Any], first_shard: int | None = None) -> list[Dispatch]:
+    """Validate after an epoch's last hop; continue, prune or end the trial, once.
+
+    ``first_shard`` (a cohort's, chosen by a member that went on first) is where
+    the next epoch starts if the trial goes on; by default the placement chooses.
+
+    The decision is one atomic step per (trial, epoch): a redelivered last hop
+    finds it taken and changes nothing, so a copy never prunes a trial that
+    already went on. It only sends again the next epoch's first hop while that
+    still waits (the first decider may have died before sending it).
+    """
+    db = rt.db
+    record = db.epoch(trial["id"], epoch)
+    if record is None or record["finished_at"] is not None:
+        return _next_epoch_again(rt, region, study, trial["id"], epoch)
+    family = get_family(region)
+    if model is None:  # a redelivered last hop: the weights are in its checkpoint
+        model, _ = model_at(rt, region, study, trial, epoch, region.shards - 1, manifest["meta"])
+    metric = float(family.evaluate(model, rt.validation(manifest)))
+    minimize = bool(study["minimize"])
+    order = None
+    failure = None
+    if not math.isfinite(metric):
+        outcome = "failed"
+        name = family.scoring(manifest["meta"], trial["params"])[0]
+        failure = f"validation {name} is {metric} after epoch {epoch}"
+    elif epoch + 1 >= min(study["epochs"], trial_settings(region, trial["params"]).epochs):
+        outcome = "done"  # the trial's own epochs (a hyperparameter) within the study's
+    elif study["space"] is not None and AshaPruner(
+            reduction_factor=region.pruner.reduction_factor,
+            min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"],
+            where=f"regions.{region.name}.pruner").should_prune(
+            epoch + 1, metric, [*db.rung_values(study["id"], epoch), metric],
+            minimize=minimize):
+        outcome = "pruned"
+    else:
+        outcome = "continue"
+        tentative = choose_visit_order(region.shards, trial["seed"], epoch + 1,
+                                       others_positions(rt, study["id"]))
+        order = (placed_order(tentative, 0, first_shard) if first_shard is not None else
+                 first_shards([tentative], db.shard_loads(region.name, live_after()),
+                              rt.holder)[0])
+    decided = db.end_epoch(trial["id"], epoch, metric if math.isfinite(metric) else None,
+                           minimize=minimize, outcome=outcome, failure=failure,
+                           next_order=order)
+    if not decided:
+        return _next_epoch_again(rt, region, study, trial["id"], epoch)
+    renew_nightly_lock(rt, study)
+    kept = _selected_end(rt, region, trial["id"], minimize)
+    if order is not None:
+        _drop_epoch_ends(rt, study["id"], trial["id"], region.shards, before=epoch, kept=kept)
+        return [hop_dispatch(region.name, study["id"], trial["id"], epoch + 1, 0, order[0])]
+    keep_final(rt.store, study["id"], trial["id"], epoch if outcome != "failed" else None,
+               region.shards, also=kept if outcome != "failed" else ())
+    return [tune_step_dispatch(study["id"])]
+
+
+def _selected_end(rt: Runtime, region: RegionConfig, trial_id: int, minimize: bool
+                  ) -> tuple[int, ...]:
+    """The epoch whose end ``select`` keeps beside the latest one (none for ``last``)."""
+    if region.select != "best":
+        return ()
+    chosen = selected_epoch(rt.db.epochs(trial_id), minimize, "best")
+    return () if chosen is None else (chosen[0],)
+
+
+def _drop_epoch_ends(rt: Runtime, study_id: int, trial_id: int, shards: int, *, before: int,
+                     kept: tuple[int, ...]) -> None:
+    """Remove the ends of epochs before ``before - 1`` that are not selected.
+
+    The hop keeps every epoch's end (it cannot tell the best one). The end of
+    epoch ``before`` is what the next hop reads; the one before it stays one
+    epoch longer, for a one-shard region to rewind into if the latest is unreadable.
+    """
+    for epoch in range(before - 1):
+        if epoch not in kept:
+            rt.store.delete(checkpoint_key(study_id, trial_id, epoch, shards - 1))
+
+
+def _next_epoch_again(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial_id: int,
+                      epoch: int) -> list[Dispatch]:
+    first = rt.db.hop(trial_id, epoch + 1, 0)
+    if first is None or first["state"] != "queued":
+        return []
+    return [hop_dispatch(region.name, study["id"], trial_id, epoch + 1, 0, first["shard"])]
