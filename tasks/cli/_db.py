@@ -15,7 +15,7 @@ from hoptune.core import Settings
 if TYPE_CHECKING:
     from hoptune.tuner import Revisions
 
-__all__ = ["add_db_arguments", "require_schema", "run_db"]
+__all__ = ["add_arguments", "require_schema", "run"]
 
 STATES = {
     "current": "up to date",
@@ -26,7 +26,8 @@ STATES = {
 }
 
 
-def add_db_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The actions of ``hoptune db``: ``upgrade`` and ``current``."""
     actions = parser.add_subparsers(dest="db_action", required=True, metavar="ACTION")
     p = actions.add_parser("upgrade", help="upgrade the study database to the newest revision, "
                                            "keeping its rows (stop the workers first)")
@@ -35,7 +36,8 @@ def add_db_arguments(parser: argparse.ArgumentParser) -> None:
     actions.add_parser("current", help="the database's revision and the newest this hoptune knows")
 
 
-def run_db(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Print the revision, or upgrade (or print the upgrade's SQL)."""
     from hoptune.tuner import schema_revisions, upgrade_schema, upgrade_schema_sql
 
     url = Settings.from_env().database_url

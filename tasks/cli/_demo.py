@@ -7,16 +7,13 @@ SQLite study database and the store folder under ``HOPTUNE_HOME``.
 
 from __future__ import annotations
 
+import argparse
 import time
 
-from hoptune.core import Settings, Store
-from hoptune.regions import ingest, load_config, write_demo
-from hoptune.tasks.cli._cluster import local_cluster
-from hoptune.tasks.cli._follow import follow, format_table, start_studies, study_table
-from hoptune.tasks.study import create_study
-from hoptune.tasks.worker import Runtime, describe_workers
+from hoptune.core import Settings
+from hoptune.tasks.cli._args import WORKERS_HELP, positive
 
-__all__ = ["run_demo", "DEMO_CONFIGS"]
+__all__ = ["add_arguments", "run", "run_demo", "DEMO_CONFIGS"]
 
 #: The fixed configurations every demo region trains.
 DEMO_CONFIGS = [
@@ -29,12 +26,39 @@ DEMO_CONFIGS = [
 ]
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hoptune demo``."""
+    parser.add_argument("--workers", type=positive, default=0, help=WORKERS_HELP)
+    parser.add_argument("--trials", type=positive, default=None,
+                        help="trials per region (default: 8 tuned, 4 fixed)")
+    parser.add_argument("--parallel", type=positive, default=2,
+                        help="concurrent trials per region")
+    parser.add_argument("--epochs", type=positive, default=3)
+    parser.add_argument("--fixed", action="store_true",
+                        help="train fixed configurations instead of tuning")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo as ``args`` say: see ``run_demo``."""
+    trials = args.trials or (4 if args.fixed else 8)
+    return run_demo(Settings.from_env(), workers=args.workers, trials=trials, epochs=args.epochs,
+                    parallel=args.parallel, fixed=args.fixed, progress=not args.no_progress)
+
+
 def run_demo(settings: Settings, *, workers: int = 0, trials: int = 8, epochs: int = 3,
              parallel: int = 2, fixed: bool = False, progress: bool = True) -> int:
     """Tune each demo region (or train ``DEMO_CONFIGS`` with ``fixed``); print every trial.
 
     ``workers`` 0: one per visible GPU, or 2. Ends with the device each worker trained on.
     """
+    from hoptune.core import Store
+    from hoptune.regions import ingest, load_config, write_demo
+    from hoptune.tasks.cli._cluster import local_cluster
+    from hoptune.tasks.cli._follow import follow, format_table, start_studies, study_table
+    from hoptune.tasks.study import create_study
+    from hoptune.tasks.worker import Runtime, describe_workers
+
     started = time.monotonic()
     config = load_config(write_demo(settings.home / "demo"))
     store = Store(settings.store_url)
@@ -60,10 +84,10 @@ def run_demo(settings: Settings, *, workers: int = 0, trials: int = 8, epochs: i
                               "seconds"]))
     for study_id in study_ids:
         study = rt.db.study(study_id)
-        if study["best_trial_id"]:
-            best = rt.db.trial(study["best_trial_id"])
-            print(f"{study['region']}: best trial {best['number']}, validation RMSE "
-                  f"{best['last_metric']:.4f}")
+        if study.best_trial_id:
+            best = rt.db.trial(study.best_trial_id)
+            print(f"{study.region}: best trial {best.number}, validation RMSE "
+                  f"{best.last_metric:.4f}")
     for worker in workers:
         print(f"{worker['worker']} trained {worker['hops']} hops on {worker['device']} "
               f"(kernels: {worker['kernels']})")

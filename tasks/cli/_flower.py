@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from hoptune.core import ConfigError, Settings, StoreError
 
-__all__ = ["add_flower_arguments", "run_flower", "USER_VARIABLE", "PASSWORD_VARIABLE"]
+__all__ = ["add_arguments", "run", "USER_VARIABLE", "PASSWORD_VARIABLE"]
 
 USER_VARIABLE = "HOPTUNE_FLOWER_USER"
 PASSWORD_VARIABLE = "HOPTUNE_FLOWER_PASSWORD"
@@ -36,7 +36,7 @@ def _port(text: str) -> int:
     return value
 
 
-def add_flower_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hoptune flower``."""
     parser.add_argument("--port", type=_port, default=5555, help="HTTP port (default: 5555)")
     parser.add_argument("--address", default="127.0.0.1",
@@ -86,7 +86,7 @@ def _check_can_listen(address: str, port: int) -> None:
         sock.close()
 
 
-def run_flower(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Start Flower on hoptune's Celery app until it is stopped (SIGTERM or Ctrl-C)."""
     settings = Settings.from_env()
     credentials = basic_auth(os.environ)

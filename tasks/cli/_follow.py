@@ -17,6 +17,7 @@ from celery import Celery
 
 from hoptune.tasks.study import sweep
 from hoptune.tasks.worker import Runtime, tune_step_dispatch
+from hoptune.tuner import HopRecords, StudyRow
 
 __all__ = ["POLL", "start_studies", "follow", "settled", "study_table", "format_table",
            "outcome"]
@@ -35,13 +36,13 @@ def start_studies(app: Celery, study_ids: list[int]) -> None:
     send([tune_step_dispatch(s) for s in study_ids], app)
 
 
-def settled(study: dict[str, Any]) -> bool:
+def settled(study: StudyRow) -> bool:
     """Whether a study has ended and what promoting it decided is recorded."""
-    return study["state"] != "running" and study["promotion"] is not None
+    return study.state != "running" and study.promotion is not None
 
 
-def total_hops(study: dict[str, Any]) -> int:
-    return study["budget"] * study["epochs"] * study["region_config"]["shards"]
+def total_hops(study: StudyRow) -> int:
+    return study.budget * study.epochs * study.region_config["shards"]
 
 
 def summary(rt: Runtime, study_ids: list[int]) -> str:
@@ -53,13 +54,13 @@ def summary(rt: Runtime, study_ids: list[int]) -> str:
         study = rt.db.study(study_id)
         trials = rt.db.trials(study_id)
         for t in trials:
-            epochs += t["epochs_done"]
-            if t["state"] in counts:
-                counts[t["state"]] += 1
+            epochs += t.epochs_done
+            if t.state in counts:
+                counts[t.state] += 1
         if len(study_ids) == 1:
-            scored = [t["best_metric"] for t in trials if t["best_metric"] is not None]
+            scored = [t.best_metric for t in trials if t.best_metric is not None]
             if scored:
-                best = min(scored) if study["minimize"] else max(scored)
+                best = min(scored) if study.minimize else max(scored)
     line = " ".join(f"{k} {v}" for k, v in counts.items()) + f" | epochs {epochs}"
     return (f"best {best:.4g} | " if best is not None else "") + line
 
@@ -88,7 +89,8 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
         while True:
             ended = all(settled(rt.db.study(s)) for s in study_ids)
             if progress and (ended or time.monotonic() - shown >= REFRESH):
-                bar.n = bar.total if ended else sum(rt.db.hops_done(s) for s in study_ids)
+                bar.n = bar.total if ended else sum(HopRecords(rt.db).done_count(s)
+                                                    for s in study_ids)
                 bar.set_postfix_str(summary(rt, study_ids), refresh=False)
                 bar.refresh()
                 shown = time.monotonic()
@@ -108,16 +110,16 @@ def study_table(rt: Runtime, study_id: int) -> list[dict[str, Any]]:
     """One row per trial: params, state, metric, hops and seconds."""
     study = rt.db.study(study_id)
     hops_by_trial: dict[int, int] = {}
-    for hop in rt.db.hops(study_id=study_id):
-        if hop["state"] == "done":
-            hops_by_trial[hop["trial_id"]] = hops_by_trial.get(hop["trial_id"], 0) + 1
+    for hop in HopRecords(rt.db).all(study_id=study_id):
+        if hop.state == "done":
+            hops_by_trial[hop.trial_id] = hops_by_trial.get(hop.trial_id, 0) + 1
     rows = []
     for t in rt.db.trials(study_id):
-        seconds = ((t["finished_at"] - t["started_at"]).total_seconds()
-                   if t["finished_at"] and t["started_at"] else None)
-        rows.append({"region": study["region"], "study": study_id, "trial": t["number"],
-                     "state": t["state"], "params": t["params"], "metric": t["last_metric"],
-                     "epochs": t["epochs_done"], "hops": hops_by_trial.get(t["id"], 0),
+        seconds = ((t.finished_at - t.started_at).total_seconds()
+                   if t.finished_at and t.started_at else None)
+        rows.append({"region": study.region, "study": study_id, "trial": t.number,
+                     "state": t.state, "params": t.params, "metric": t.last_metric,
+                     "epochs": t.epochs_done, "hops": hops_by_trial.get(t.id, 0),
                      "seconds": seconds})
     return rows
 
@@ -150,12 +152,12 @@ def outcome(rt: Runtime, study_id: int) -> tuple[int, list[str]]:
     """
     study = rt.db.study(study_id)
     lines = []
-    if study["state"] != "done":
-        lines.append(f"study {study_id} {study['state']}: {study['failure'] or 'not finished'}")
-    promotion = study["promotion"] or {}
+    if study.state != "done":
+        lines.append(f"study {study_id} {study.state}: {study.failure or 'not finished'}")
+    promotion = study.promotion or {}
     if promotion.get("failed"):
         lines.append(f"promotion failed: {promotion['reason']}")
     # the trials' own reasons last, where a user's eye lands: the file, the exception
-    lines += [f"trial {t['number']} failed: {t['failure']}" for t in rt.db.trials(study_id)
-              if t["state"] == "failed"]
+    lines += [f"trial {t.number} failed: {t.failure}" for t in rt.db.trials(study_id)
+              if t.state == "failed"]
     return (1 if lines else 0), lines

@@ -9,24 +9,47 @@ A new study is warm-started from the region's last finished one.
 
 from __future__ import annotations
 
+import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hoptune.core import Settings, StudyError
-from hoptune.regions import Config, RegionConfig, display_path, ingest
-from hoptune.tasks.cli._follow import follow, format_table, outcome, study_table
-from hoptune.tasks.study import check_region, create_study, sweep
-from hoptune.tasks.worker import Dispatch, Runtime, tune_step_dispatch
+from hoptune.tasks.cli._args import add_follow_options, positive, read_config, region_name
 
-__all__ = ["open_study", "tune_region"]
+if TYPE_CHECKING:
+    from hoptune.regions import Config, RegionConfig
+    from hoptune.tasks.worker import Dispatch, Runtime
+
+__all__ = ["add_arguments", "open_study", "run", "tune_region"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hoptune tune``."""
+    parser.add_argument("region", type=region_name, metavar="REGION")
+    parser.add_argument("--trials", type=positive, default=None,
+                        help="trial budget of a new study (default: the region's `trials`)")
+    parser.add_argument("--parallel", type=positive, default=None,
+                        help="concurrent trials of a new study (default: the region's "
+                             "`parallel`)")
+    add_follow_options(parser, "start or resume the study")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start or resume the study of ``args.region`` and follow it: see ``tune_region``."""
+    return tune_region(Settings.from_env(), read_config(args), args.region, trials=args.trials,
+                       parallel=args.parallel, local_workers=args.local_workers,
+                       progress=not args.no_progress, detach=args.detach)
 
 
 def open_study(rt: Runtime, config: Config, region: RegionConfig, *, trials: int | None = None,
                parallel: int | None = None) -> tuple[int, bool]:
     """The region's running study (resumed), or a new one warm-started from the last."""
+    from hoptune.regions import display_path, ingest
+    from hoptune.tasks.study import check_region, create_study
+
     running = rt.db.latest_study(region.name, state="running")
     if running is not None:
-        return running["id"], True
+        return running.id, True
     # a bad configuration stops here, before the store or the database is touched
     check_region(config, region, tuned=True)
     where = f"{display_path(config.path)}: regions.{region.name}.space"
@@ -34,13 +57,13 @@ def open_study(rt: Runtime, config: Config, region: RegionConfig, *, trials: int
     parent = rt.db.latest_study(region.name, state="done")
     try:
         study_id = create_study(rt, region, manifest=manifest, trials=trials, parallel=parallel,
-                                parent_id=parent["id"] if parent else None, where=where)
+                                parent_id=parent.id if parent else None, where=where)
     except StudyError:
         # another command started the region's study meanwhile: follow that one
         running = rt.db.latest_study(region.name, state="running")
         if running is None:
             raise
-        return running["id"], True
+        return running.id, True
     return study_id, False
 
 
@@ -53,10 +76,15 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
     import and preload while this process ingests, records the study and sends
     its first ``tune_step``, which waits in Redis for the first worker up.
     """
+    from hoptune.tasks.study import check_region
+
     region = config.region(name)
     check_region(config, region, tuned=True)
     from hoptune.tasks import app, send
     from hoptune.tasks.cli._cluster import local_cluster
+    from hoptune.tasks.cli._follow import follow, outcome
+    from hoptune.tasks.study import sweep
+    from hoptune.tasks.worker import Runtime
 
     with local_cluster(settings, {region.name: region.shards}, local_workers,
                        wait=False) as cluster:
@@ -68,12 +96,12 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
         resend = sweep(rt, app, study_id, resend_after=0.0) if resumed else []
         send([*first_step(rt, study_id, workers_starting=cluster is not None), *resend], app)
         if resumed:
-            print(f"{region.name}: resuming study {study_id} ({study['budget']} trials, "
-                  f"{study['parallel']} at a time)")
+            print(f"{region.name}: resuming study {study_id} ({study.budget} trials, "
+                  f"{study.parallel} at a time)")
         else:
-            warm = f", warm-started from study {study['parent_id']}" if study["parent_id"] else ""
-            print(f"{region.name}: study {study_id}, {study['budget']} trials, "
-                  f"{study['parallel']} at a time{warm}")
+            warm = f", warm-started from study {study.parent_id}" if study.parent_id else ""
+            print(f"{region.name}: study {study_id}, {study.budget} trials, "
+                  f"{study.parallel} at a time{warm}")
         if cluster is not None:
             cluster.wait_ready(app)  # a worker that cannot start is an error, not a stall
         elif not app.control.ping(timeout=1.0, limit=1):  # the first answer is enough
@@ -100,6 +128,8 @@ def first_step(rt: Runtime, study_id: int, *, workers_starting: bool) -> list[Di
     ``tune_step``.
     """
     if not workers_starting:
+        from hoptune.tasks.worker import tune_step_dispatch
+
         return [tune_step_dispatch(study_id)]
     from hoptune.tasks.study import tune_step
 
@@ -107,18 +137,21 @@ def first_step(rt: Runtime, study_id: int, *, workers_starting: bool) -> list[Di
 
 
 def print_study(rt: Runtime, study_id: int, top: int = 10) -> None:
+    """The study's best ``top`` trials, its outcome and its promotion."""
+    from hoptune.tasks.cli._follow import format_table, study_table
+
     study = rt.db.study(study_id)
     rows: list[dict[str, Any]] = study_table(rt, study_id)
     scored = sorted((r for r in rows if r["metric"] is not None),
-                    key=lambda r: r["metric"], reverse=not study["minimize"])
+                    key=lambda r: r["metric"], reverse=not study.minimize)
     shown = scored[:top] + [r for r in rows if r["metric"] is None][: max(top - len(scored), 0)]
     print(format_table(shown, ["trial", "state", "metric", "epochs", "hops", "seconds",
                                "params"]))
-    if study["best_trial_id"]:
-        best = rt.db.trial(study["best_trial_id"])
-        print(f"study {study_id} {study['state']}: best trial {best['number']} "
-              f"{best['last_metric']:.4g} with {best['params']}")
+    if study.best_trial_id:
+        best = rt.db.trial(study.best_trial_id)
+        print(f"study {study_id} {study.state}: best trial {best.number} "
+              f"{best.last_metric:.4g} with {best.params}")
     else:
-        print(f"study {study_id} {study['state']}: {study['failure'] or 'no finished trial'}")
-    if study["promotion"] is not None:
-        print(f"promotion: {study['promotion']['reason']}")
+        print(f"study {study_id} {study.state}: {study.failure or 'no finished trial'}")
+    if study.promotion is not None:
+        print(f"promotion: {study.promotion['reason']}")

@@ -1,4 +1,7 @@
-"""The command line as a user runs it: a subprocess, real files, exit statuses, messages."""
+"""The command line as a user runs it: a subprocess, real files, exit statuses, messages.
+
+And its layout: one module per command, none of them importing heavy libraries at startup.
+"""
 
 from __future__ import annotations
 
@@ -42,6 +45,44 @@ def project(home: Path) -> Path:
 
 def test_console_script_is_installed() -> None:
     assert shutil.which("hoptune"), "pip install -e . puts `hoptune` on the PATH"
+
+
+HEAVY = ("torch", "torchmetrics", "skopt", "sklearn", "scipy", "numpy", "pandas", "pyarrow",
+         "celery", "kombu", "sqlalchemy", "pydantic")
+
+
+def test_each_command_is_a_module_named_after_it() -> None:
+    """``hoptune NAME`` lives in ``tasks/cli/_NAME.py``: its ``add_arguments`` and ``run``."""
+    import hoptune.tasks.cli as cli
+
+    assert list(cli.COMMANDS) == [
+        "ingest", "worker", "up", "demo", "tune", "nightly", "beat", "models", "export",
+        "predict", "report", "flower", "status", "doctor", "plan", "sweep", "metrics", "gc", "db"]
+    for name, command in cli.COMMANDS.items():
+        module = command.module
+        # the planner is hoptune.tasks.plan; its command line is not a second planner
+        expected = "_plan_command" if name == "plan" else f"_{name}"
+        assert module.__name__ == f"hoptune.tasks.cli.{expected}"
+        assert module.__doc__ and module.__doc__.startswith(f"``hoptune {name}"), name
+        assert {"add_arguments", "run"} <= set(module.__all__), name
+        assert callable(module.add_arguments) and callable(module.run)
+
+
+def test_the_command_line_starts_without_the_heavy_libraries() -> None:
+    """``--help`` and argument errors build every command's parser and import none of them."""
+    code = ("import sys; from hoptune.tasks.cli import build_parser; build_parser(); "
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not set(HEAVY) & set(done.stdout.split())
+
+
+def test_the_lazy_names_still_load() -> None:
+    import hoptune.tasks.cli as cli
+
+    assert cli.assign_shards({"north": 2}, 2) == [[("north", 0)], [("north", 1)]]
+    assert set(dir(cli)) >= {"main", "build_parser", "LocalCluster", "follow", "calibrate"}
 
 
 def test_ingest_then_ingest_again_is_a_no_op(project: Path) -> None:
@@ -211,8 +252,8 @@ def test_local_workers_never_import_a_users_modules_of_the_same_names(project: P
 
     db = StudyDB(f"sqlite:///{project / 'studies.db'}", create=False)
     (study,) = db.studies("north")
-    assert study["state"] == "done"
-    assert db.counts(study["id"])["done"] + db.counts(study["id"])["pruned"] == 2
+    assert study.state == "done"
+    assert db.counts(study.id)["done"] + db.counts(study.id)["pruned"] == 2
     db.dispose()
 
 

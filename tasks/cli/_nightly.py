@@ -1,0 +1,61 @@
+"""``hoptune nightly``: the nightly retraining, by hand, for every region (or those named).
+
+Each region is re-ingested and tuned warm from its last study; the winner is
+promoted if it beats the champion. The command follows the studies until the
+run's promotions are recorded (or returns at once with ``--detach``); its exit
+status is 1 when a region failed or was still running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from hoptune.core import Settings
+from hoptune.tasks.cli._args import add_follow_options, read_config, region_names
+
+__all__ = ["add_arguments", "run"]
+
+#: Seconds the command waits, after its studies settle, for the run's promotions to finish it.
+PROMOTIONS_WAIT = 120
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hoptune nightly``."""
+    parser.add_argument("--regions", type=region_names, default=None, metavar="R1,R2",
+                        help="only these regions (default: all)")
+    add_follow_options(parser, "start the run")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the nightly run, follow it and print each region's outcome."""
+    from hoptune.tasks import app, send
+    from hoptune.tasks.cli._cluster import local_cluster
+    from hoptune.tasks.cli._follow import POLL, follow, format_table
+    from hoptune.tasks.plan import log_nightly_plan
+    from hoptune.tasks.study import start_nightly
+    from hoptune.tasks.worker import Runtime
+    from hoptune.tuner import NightlyRecords
+
+    settings = Settings.from_env()
+    config = read_config(args)
+    rt = Runtime(settings, worker="cli")
+    names = args.regions or list(config.regions)
+    shards = {n: config.region(n).shards for n in names}
+    with local_cluster(settings, shards, args.local_workers):
+        run_id, dispatches = start_nightly(rt, config, args.regions, trigger="cli")
+        send(dispatches, app)
+        print(f"nightly run {run_id}: {len(dispatches)} studies started", flush=True)
+        log_nightly_plan(rt, config, run_id)
+        if args.detach:
+            return 0
+        studies = [r["study_id"] for r in NightlyRecords(rt.db).regions(run_id)
+                   if r["study_id"] is not None]
+        follow(rt, app, studies, progress=not args.no_progress)
+        deadline = time.monotonic() + PROMOTIONS_WAIT
+        while (NightlyRecords(rt.db).run(run_id)["state"] == "running"
+               and time.monotonic() < deadline):
+            time.sleep(POLL)  # the promotions finish the run
+    rows = NightlyRecords(rt.db).regions(run_id)
+    print(format_table(rows, ["region", "state", "study_id", "ingested", "outcome"]))
+    return 1 if any(r["state"] in ("failed", "running") for r in rows) else 0
