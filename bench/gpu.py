@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hoptune.tuner import HopRecords
+
 ROOT = Path(__file__).resolve().parent.parent
 if sys.path[0] == str(Path(__file__).resolve().parent):
     sys.path[0] = str(ROOT)  # run as a script: the repository root first, as the others do
@@ -117,7 +119,7 @@ def hop_parts(home: Path, devices: list[str], rows_per_shard: int, epochs: int
             start_studies(app, [study])
             follow(rt, app, [study], progress=False, timeout=3600)
             wall = time.monotonic() - started
-        figures = _figures(rt.db.hops(study_id=study))
+        figures = _figures(HopRecords(rt.db).all(study_id=study))
     finally:
         rt.db.dispose()
     return {**figures, "wall_seconds": round(wall, 2)}

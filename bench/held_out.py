@@ -83,8 +83,7 @@ import numpy as np, torch
 torch.set_num_threads(1)
 from hoptune.core import Settings, Store
 from hoptune.regions import ingest, load_config
-from hoptune.tasks import Runtime, create_study, run_inline
-from hoptune.tasks.worker._messages import tune_step_dispatch
+from hoptune.tasks import Runtime, create_study, run_inline, tune_step
 mode, config, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 rt = Runtime(Settings.from_env(), worker="bench")
 region = load_config(config).region("bench")
@@ -95,18 +94,18 @@ if mode == "random":
     space = parse_space(region.space, "space")
     configs = space.sample(np.random.default_rng(0), region.trials)
 study = create_study(rt, region, manifest=manifest, configs=configs)
-run_inline(rt, [tune_step_dispatch(study)])
+run_inline(rt, tune_step(rt, study))
 record = rt.db.study(study)
-version = record["promotion"]["version"]
+version = record.promotion["version"]
 store = Store(rt.settings.store_url)
 out.mkdir(parents=True, exist_ok=True)
 for name in ("weights.pt", "card.json", "ids.json"):
     (out / name).write_bytes(store.read_bytes(f"models/bench/{version}/{name}"))
 trials = rt.db.trials(study)
 (out / "run.json").write_text(json.dumps({
-    "trials": len(trials), "pruned": sum(t["state"] == "pruned" for t in trials),
-    "epochs": sum(t["epochs_done"] for t in trials),
-    "validation": record["promotion"]["challenger_metric"]}))
+    "trials": len(trials), "pruned": sum(t.state == "pruned" for t in trials),
+    "epochs": sum(t.epochs_done for t in trials),
+    "validation": record.promotion["challenger_metric"]}))
 """
 
 

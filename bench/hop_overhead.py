@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hoptune.tuner import HopRecords, HopRow
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # after PYTHONPATH: a --before tree put there wins for hoptune
 
@@ -125,7 +127,7 @@ def _measure(rows_per_shard: int, epochs: int) -> dict:
             start_studies(app, [study])
             follow(rt, app, [study], progress=False, timeout=1800)
             wall = time.monotonic() - started
-        hops = rt.db.hops(study_id=study)
+        hops = HopRecords(rt.db).all(study_id=study)
         figures = _figures(hops)
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -198,20 +200,20 @@ def main() -> int:
     return 0
 
 
-def _figures(hops: list[dict]) -> dict:
+def _figures(hops: list[HopRow]) -> dict:
     """Medians of each part of a hop, in seconds, and the share outside training."""
-    by_key = {(h["epoch"], h["position"]): h for h in hops}
+    by_key = {(h.epoch, h.position): h for h in hops}
     dispatch, load, train, save, record, inside = [], [], [], [], [], []
     for h in hops:
-        total = (h["finished_at"] - h["started_at"]).total_seconds()
+        total = (h.finished_at - h.started_at).total_seconds()
         inside.append(total)
-        train.append(h["train_seconds"])
-        load.append(h["load_seconds"])
-        save.append(h["save_seconds"])
-        record.append(total - h["train_seconds"] - h["load_seconds"] - h["save_seconds"])
-        before = by_key.get((h["epoch"], h["position"] - 1))
+        train.append(h.train_seconds)
+        load.append(h.load_seconds)
+        save.append(h.save_seconds)
+        record.append(total - h.train_seconds - h.load_seconds - h.save_seconds)
+        before = by_key.get((h.epoch, h.position - 1))
         if before is not None:  # a hand-on within an epoch (not after a validation)
-            dispatch.append((h["started_at"] - before["finished_at"]).total_seconds())
+            dispatch.append((h.started_at - before.finished_at).total_seconds())
     med = {name: statistics.median(values) for name, values in
            [("dispatch_s", dispatch), ("load_s", load), ("train_s", train), ("save_s", save),
             ("record_s", record)]}

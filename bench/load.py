@@ -30,6 +30,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from hoptune.tuner import HopRecords
+
 ROOT = Path(__file__).resolve().parent.parent
 if sys.path[0] == str(Path(__file__).resolve().parent):
     sys.path[0] = str(ROOT)
@@ -67,13 +69,11 @@ def run(home: Path, trials: int, kill_every: float, replicas: int, duplicate: bo
     """One load run in ``home``; returns its figures."""
     os.environ.update({"HOPTUNE_HOME": str(home), **LIVENESS})
     os.environ.pop("HOPTUNE_BROKER_URL", None)
-    from sqlalchemy import text
-
     from hoptune.core import Settings
     from hoptune.regions import ingest, load_config, write_ratings
     from hoptune.tasks import Runtime, create_study, send
     from hoptune.tasks.cli import settled
-    from hoptune.tasks.worker import EmbeddedRedis, hop_dispatch, tune_step_dispatch
+    from hoptune.tasks.worker import EmbeddedRedis, tune_step_dispatch
 
     home.mkdir(parents=True, exist_ok=True)
     write_ratings(home / "data" / "load.csv", n_users=80, n_items=60, n_rows=1600, rank=2,
@@ -90,90 +90,129 @@ def run(home: Path, trials: int, kill_every: float, replicas: int, duplicate: bo
     app.conf.update(task_serializer="json", accept_content=["json"])
     rt = Runtime(settings, worker="bench")
     manifest = ingest(region, rt.store).manifest
-    shard_rows = manifest["rows"]
-    names = [f"w{i}" for i in range(2 * replicas)]
-    logs = home / "logs"
-    logs.mkdir(exist_ok=True)
-    processes: dict[str, subprocess.Popen] = {}
-
-    def start(name: str) -> None:
-        with open(logs / f"{name}.log", "ab") as out:
-            processes[name] = subprocess.Popen(
-                [sys.executable, "-P", "-m", "hoptune.tasks.cli", "worker", "--shards",
-                 ",".join(f"load:{k}" for k in range(4)), "--name", f"{name}@load",
-                 "--loglevel", "INFO"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
-
-    for name in names:
-        start(name)
+    workers = _Workers(home / "logs", [f"w{i}" for i in range(2 * replicas)], env)
+    for name in workers.names:
+        workers.start(name)
     time.sleep(5.0)
     configs = [{"lr": 0.005 + 0.0005 * i} for i in range(trials)]
     study = create_study(rt, region, manifest=manifest, configs=configs)
     started = time.time()
     send([tune_step_dispatch(study)], app)
-    rng = random.Random(seed)
-    kills: list[tuple[float, dict | None]] = []
-    stop = threading.Event()
-
-    def killer() -> None:
-        while not stop.wait(kill_every):
-            name = rng.choice(names)
-            deadline = time.monotonic() + 10.0  # kill it mid-hop: wait until it holds one
-            held: list[dict] = []
-            while time.monotonic() < deadline and not held:
-                with rt.db.transaction() as conn:
-                    held = [dict(r._mapping) for r in conn.execute(text(
-                        "SELECT trial_id, epoch, position FROM hops WHERE state = 'running' "
-                        "AND worker = :w"), {"w": f"{name}@load"})]
-            os.killpg(processes[name].pid, signal.SIGKILL)
-            processes[name].wait()
-            kills.append((time.time(), held[0] if held else None))
-            start(name)
-
-    def duplicator() -> None:
-        seen: set[int] = set()
-        while not stop.wait(0.05):
-            copies = [h for h in rt.db.hops(study_id=study) if h["id"] not in seen]
-            seen.update(h["id"] for h in copies)
-            send([hop_dispatch("load", study, h["trial_id"], h["epoch"], h["position"],
-                               h["shard"]) for h in copies], app)
-
-    threads = [threading.Thread(target=killer, daemon=True)] if kill_every > 0 else []
-    if duplicate:
-        threads.append(threading.Thread(target=duplicator, daemon=True))
-    for t in threads:
-        t.start()
+    faults = _Faults(rt, app, study, workers, random.Random(seed))
+    faults.start(kill_every, duplicate)
     while not settled(rt.db.study(study)):
         time.sleep(0.5)
     wall = time.time() - started
-    stop.set()
-    for t in threads:
-        t.join()
-    for process in processes.values():
-        os.killpg(process.pid, signal.SIGTERM)
-    for process in processes.values():
-        process.wait(30)
-    hops = rt.db.hops(study_id=study)
-    done = [h for h in hops if h["state"] == "done"]
+    faults.stop()
+    workers.stop()
+    figures = _figures(rt, home, study, manifest["rows"], trials, wall, faults.kills,
+                       workers.logs)
+    rt.db.dispose()
+    redis.stop()
+    return figures
+
+
+class _Workers:
+    """The run's worker processes, each consuming every shard and logging to its own file."""
+
+    def __init__(self, logs: Path, names: list[str], env: dict[str, str]) -> None:
+        self.logs, self.names, self.env = logs, names, env
+        self.processes: dict[str, subprocess.Popen] = {}
+        logs.mkdir(exist_ok=True)
+
+    def start(self, name: str) -> None:
+        with open(self.logs / f"{name}.log", "ab") as out:
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-P", "-m", "hoptune.tasks.cli", "worker", "--shards",
+                 ",".join(f"load:{k}" for k in range(4)), "--name", f"{name}@load",
+                 "--loglevel", "INFO"], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL worker ``name`` and wait for it to be gone."""
+        os.killpg(self.processes[name].pid, signal.SIGKILL)
+        self.processes[name].wait()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            process.wait(30)
+
+
+class _Faults:
+    """The faults a run injects while its study runs, each from a thread of its own: a worker
+    SIGKILLed mid-hop and restarted every ``kill_every`` seconds, every hop message sent twice."""
+
+    def __init__(self, rt, app, study: int, workers: _Workers,  # noqa: ANN001 - bench glue
+                 rng: random.Random) -> None:
+        self.rt, self.app, self.study, self.workers, self.rng = rt, app, study, workers, rng
+        self.kills: list[tuple[float, dict | None]] = []  # when, and the hop it interrupted
+        self.done = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self, kill_every: float, duplicate: bool) -> None:
+        self.kill_every = kill_every
+        if kill_every > 0:
+            self.threads.append(threading.Thread(target=self.killer, daemon=True))
+        if duplicate:
+            self.threads.append(threading.Thread(target=self.duplicator, daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        for t in self.threads:
+            t.join()
+
+    def killer(self) -> None:
+        while not self.done.wait(self.kill_every):
+            name = self.rng.choice(self.workers.names)
+            held = self.held_by(f"{name}@load")
+            self.workers.kill(name)
+            self.kills.append((time.time(), held[0] if held else None))
+            self.workers.start(name)
+
+    def held_by(self, worker: str) -> list[dict]:
+        """The hops ``worker`` runs, waiting up to 10 s for one: a kill mid-hop."""
+        from sqlalchemy import text
+
+        deadline = time.monotonic() + 10.0
+        held: list[dict] = []
+        while time.monotonic() < deadline and not held:
+            with self.rt.db.transaction() as conn:
+                held = [dict(r._mapping) for r in conn.execute(text(
+                    "SELECT trial_id, epoch, position FROM hops WHERE state = 'running' "
+                    "AND worker = :w"), {"w": worker})]
+        return held
+
+    def duplicator(self) -> None:
+        from hoptune.tasks import send
+        from hoptune.tasks.worker import hop_dispatch
+
+        seen: set[int] = set()
+        while not self.done.wait(0.05):
+            copies = [h for h in HopRecords(self.rt.db).all(study_id=self.study)
+                      if h.id not in seen]
+            seen.update(h.id for h in copies)
+            send([hop_dispatch("load", self.study, h.trial_id, h.epoch, h.position,
+                               h.shard) for h in copies], self.app)
+
+
+def _figures(rt, home: Path, study: int, shard_rows: list[int], trials: int,  # noqa: ANN001
+             wall: float, kills: list[tuple[float, dict | None]], logs: Path) -> dict:
+    """The run's figures, from the recorded hops, the workers' logs and the store."""
+    hops = HopRecords(rt.db).all(study_id=study)
+    done = [h for h in hops if h.state == "done"]
     trainings: Counter = Counter()
     for log in logs.glob("*.log"):
         for m in TRAINED.finditer(log.read_text(errors="replace")):
             trainings[tuple(int(g) for g in m.groups())] += 1
-    wrong_samples = sum(h["samples"] != shard_rows[h["shard"]] for h in done)
-    # the hop a kill interrupted started again at its recorded start (if it had not
-    # finished in the instant before the kill): that is what the kill cost it
-    recoveries = []
-    by_key = {(h["trial_id"], h["epoch"], h["position"]): h for h in hops}
-    for at, held in kills:
-        if held is None:
-            continue
-        again = by_key.get((held["trial_id"], held["epoch"], held["position"]))
-        if again is not None and again["started_at"] is not None \
-                and again["started_at"].timestamp() > at:
-            recoveries.append(again["started_at"].timestamp() - at)
+    wrong_samples = sum(h.samples != shard_rows[h.shard] for h in done)
+    recoveries = _recoveries(hops, kills)
     store_bytes = sum(p.stat().st_size for p in (home / "store" / "checkpoints").rglob("*")
                       if p.is_file())
-    figures = {
+    return {
         "hops_expected": trials * 2 * 4, "hops_done": len(done),
         "hops_lost": trials * 2 * 4 - len(done),
         "hops_trained_twice": sum(n > 1 for n in trainings.values()) + wrong_samples,
@@ -181,11 +220,23 @@ def run(home: Path, trials: int, kill_every: float, replicas: int, duplicate: bo
         "kills": len(kills), "kills_mid_hop": len(recoveries),
         "max_recovery_s": round(max(recoveries), 1) if recoveries else None,
         "store_bytes_after": store_bytes,
-        "trials_done": sum(t["state"] == "done" for t in rt.db.trials(study)),
+        "trials_done": sum(t.state == "done" for t in rt.db.trials(study)),
     }
-    rt.db.dispose()
-    redis.stop()
-    return figures
+
+
+def _recoveries(hops: list, kills: list[tuple[float, dict | None]]) -> list[float]:
+    """Seconds from each kill to the restart of the hop it interrupted: the hop started again
+    at its recorded start (if it had not finished in the instant before the kill)."""
+    recoveries = []
+    by_key = {(h.trial_id, h.epoch, h.position): h for h in hops}
+    for at, held in kills:
+        if held is None:
+            continue
+        again = by_key.get((held["trial_id"], held["epoch"], held["position"]))
+        if again is not None and again.started_at is not None \
+                and again.started_at.timestamp() > at:
+            recoveries.append(again.started_at.timestamp() - at)
+    return recoveries
 
 
 def main() -> None:

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hoptune.tuner import HopRecords
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import command, load_average, machine, write_section  # noqa: E402
@@ -75,18 +77,18 @@ def _way(rt, region, manifest, configs, app) -> dict:  # noqa: ANN001 - bench gl
     start_studies(app, [study])
     follow(rt, app, [study], progress=False, timeout=3600)
     trials = rt.db.trials(study)
-    hops = rt.db.hops(study_id=study)
-    begin = min(t["started_at"] for t in trials)
-    end = max(t["finished_at"] for t in trials)
+    hops = HopRecords(rt.db).all(study_id=study)
+    begin = min(t.started_at for t in trials)
+    end = max(t.finished_at for t in trials)
     span = (end - begin).total_seconds()
     busy: dict[str, float] = {}
     for h in hops:
-        busy[h["worker"]] = busy.get(h["worker"], 0.0) + (
-            h["finished_at"] - h["started_at"]).total_seconds()
+        busy[h.worker] = busy.get(h.worker, 0.0) + (
+            h.finished_at - h.started_at).total_seconds()
     return {"study": study, "trials": trials, "hops": len(hops), "span_s": span,
             "epoch_s": span / region.epochs,
             "busy": {w: round(b / span, 4) for w, b in sorted(busy.items())},
-            "metrics": [t["last_metric"] for t in trials]}
+            "metrics": [t.last_metric for t in trials]}
 
 
 def main() -> int:
@@ -101,91 +103,128 @@ def main() -> int:
     os.environ["HOPTUNE_TORCH_THREADS"] = "1"
     for key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL", "HOPTUNE_BROKER_URL"):
         os.environ.pop(key, None)
-    import torch
-
-    from hoptune.core import Settings, Store
-    from hoptune.regions import ingest, load_config, load_shard, write_ratings
-    from hoptune.tasks import app
-    from hoptune.tasks.cli import LocalCluster
-    from hoptune.tasks.hop import replay_trial
-    from hoptune.tasks.worker import EmbeddedRedis, Runtime, checkpoint_key, load_checkpoint
-
-    configs = [CONFIGS[i % len(CONFIGS)] for i in range(args.trials)]
     out: dict = {}
     try:
-        rows_per_shard, parameters = _calibrate(home / "cal", args.hop_seconds)
-        data = home / "data" / "mop.csv"
-        data.parent.mkdir(parents=True)
-        write_ratings(data, n_users=N_USERS, n_items=N_ITEMS,
-                      n_rows=int(rows_per_shard * 2 / 0.95), rank=8, noise=0.3, seed=1)
-        config_path = home / "hoptune.toml"
-        config_path.write_text(CONFIG.format(epochs=args.epochs,
-                                             region=REGION.format(data=data)))
-        config = load_config(config_path)
-        settings = Settings.from_env()
-        store = Store(settings.store_url)
-        hop_region, task_region = config.region("hop"), config.region("task")
-        manifests = {r.name: ingest(r, store).manifest for r in (hop_region, task_region)}
-        rt = Runtime(settings, worker="bench")
-        load_before = load_average()
-        broker = EmbeddedRedis(settings.home).start()
-        # the same two workers serve both ways: one shard of "hop" each, and each a full
-        # copy of "task" (a replica of its only queue)
-        cluster = LocalCluster({}, 2, log_dir=settings.home / "logs")
-        cluster.assignment = [[("hop", 0), ("task", 0)], [("hop", 1), ("task", 0)]]
-        try:
-            cluster.start()
-            cluster.wait_ready(app)
-            hop = _way(rt, hop_region, manifests["hop"], configs, app)
-            task = _way(rt, task_region, manifests["task"], configs, app)
-        finally:
-            cluster.stop()
-            broker.stop()
-
-        # one process, one trial after another, in hoptune's recorded visit orders
-        torch.set_num_threads(1)
-        started = time.monotonic()
-        equal = True
-        for trial in hop["trials"]:
-            replayed = replay_trial(rt, trial["id"])
-            final = load_checkpoint(store, checkpoint_key(
-                hop["study"], trial["id"], args.epochs - 1, hop_region.shards - 1)).model
-            equal &= replayed.keys() == final.keys() and all(
-                torch.equal(replayed[k], final[k]) for k in final)
-        serial = (time.monotonic() - started) / args.epochs
-
-        # what the workers hold: the shards' tensors, as loaded on their devices
-        shard_bytes = [sum(t.nbytes for t in load_shard(store, manifests["hop"], k).values())
-                       for k in range(hop_region.shards)]
-        full_bytes = sum(t.nbytes for t in load_shard(store, manifests["task"], 0).values())
-        files = {"hop": sum(store.fs.size(store.path(k))
-                            for k in manifests["hop"]["files"]["shards"]),
-                 "task": 2 * store.fs.size(store.path(manifests["task"]["files"]["shards"][0]))}
-        checkpoint_bytes = store.fs.size(store.path(checkpoint_key(
-            hop["study"], hop["trials"][0]["id"], args.epochs - 1, hop_region.shards - 1)))
-        stored = {"hop": sum(shard_bytes), "task": 2 * full_bytes}
-        moved = {
-            "hop": sum(shard_bytes) + checkpoint_bytes * (2 * hop["hops"] - args.trials),
-            "task": 2 * full_bytes + checkpoint_bytes * (2 * task["hops"] - args.trials)}
-        out = {
-            "epoch_time_ratio": round(hop["epoch_s"] / task["epoch_s"], 4),
-            "storage_ratio": round(stored["hop"] / stored["task"], 4),
-            "min_worker_busy": min(hop["busy"].values()),
-            "bitwise_equal": bool(equal),
-            "epoch_s": {"hop": round(hop["epoch_s"], 3), "task": round(task["epoch_s"], 3),
-                        "serial": round(serial, 3)},
-            "busy": {"hop": hop["busy"], "task": task["busy"]},
-            "stored_bytes": stored, "stored_file_bytes": files, "moved_bytes_at_most": moved,
-            "metrics": {"hop": hop["metrics"], "task": task["metrics"]},
-            "trials": args.trials, "epochs": args.epochs, "rows_per_shard": rows_per_shard,
-            "parameters": parameters, "hops": {"hop": hop["hops"], "task": task["hops"]},
-            "load_before": load_before, "load_after": load_average(),
-        }
+        out = _measure(home, args)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     _report(out)
     print(json.dumps(out))
     return 0
+
+
+def _measure(home: Path, args: argparse.Namespace) -> dict:
+    """The three ways on one region's data in ``home``: the figures ``_report`` writes."""
+    from hoptune.core import Settings, Store
+    from hoptune.regions import ingest, load_config
+    from hoptune.tasks.worker import Runtime
+
+    configs = [CONFIGS[i % len(CONFIGS)] for i in range(args.trials)]
+    rows_per_shard, parameters = _calibrate(home / "cal", args.hop_seconds)
+    config = load_config(_write_config(home, args.epochs, rows_per_shard))
+    settings = Settings.from_env()
+    store = Store(settings.store_url)
+    hop_region, task_region = config.region("hop"), config.region("task")
+    manifests = {r.name: ingest(r, store).manifest for r in (hop_region, task_region)}
+    rt = Runtime(settings, worker="bench")
+    load_before = load_average()
+    hop, task = _on_the_cluster(rt, settings, (hop_region, task_region), manifests, configs)
+    serial, equal = _one_process(rt, store, hop, args.epochs, hop_region.shards)
+    stored, files, moved = _bytes(store, manifests, hop, task, args, hop_region.shards)
+    return {
+        "epoch_time_ratio": round(hop["epoch_s"] / task["epoch_s"], 4),
+        "storage_ratio": round(stored["hop"] / stored["task"], 4),
+        "min_worker_busy": min(hop["busy"].values()),
+        "bitwise_equal": bool(equal),
+        "epoch_s": {"hop": round(hop["epoch_s"], 3), "task": round(task["epoch_s"], 3),
+                    "serial": round(serial, 3)},
+        "busy": {"hop": hop["busy"], "task": task["busy"]},
+        "stored_bytes": stored, "stored_file_bytes": files, "moved_bytes_at_most": moved,
+        "metrics": {"hop": hop["metrics"], "task": task["metrics"]},
+        "trials": args.trials, "epochs": args.epochs, "rows_per_shard": rows_per_shard,
+        "parameters": parameters, "hops": {"hop": hop["hops"], "task": task["hops"]},
+        "load_before": load_before, "load_after": load_average(),
+    }
+
+
+def _write_config(home: Path, epochs: int, rows_per_shard: int) -> Path:
+    """The region's ratings and the configuration of its two ways; the configuration's path."""
+    from hoptune.regions import write_ratings
+
+    data = home / "data" / "mop.csv"
+    data.parent.mkdir(parents=True)
+    write_ratings(data, n_users=N_USERS, n_items=N_ITEMS,
+                  n_rows=int(rows_per_shard * 2 / 0.95), rank=8, noise=0.3, seed=1)
+    config_path = home / "hoptune.toml"
+    config_path.write_text(CONFIG.format(epochs=epochs, region=REGION.format(data=data)))
+    return config_path
+
+
+def _on_the_cluster(rt, settings, regions, manifests: dict, configs: list[dict]  # noqa: ANN001
+                    ) -> tuple[dict, dict]:
+    """hoptune's way and task parallelism, one after the other, on the same 2 workers."""
+    from hoptune.tasks import app
+    from hoptune.tasks.cli import LocalCluster
+    from hoptune.tasks.worker import EmbeddedRedis
+
+    hop_region, task_region = regions
+    broker = EmbeddedRedis(settings.home).start()
+    # the same two workers serve both ways: one shard of "hop" each, and each a full
+    # copy of "task" (a replica of its only queue)
+    cluster = LocalCluster({}, 2, log_dir=settings.home / "logs")
+    cluster.assignment = [[("hop", 0), ("task", 0)], [("hop", 1), ("task", 0)]]
+    try:
+        cluster.start()
+        cluster.wait_ready(app)
+        hop = _way(rt, hop_region, manifests["hop"], configs, app)
+        task = _way(rt, task_region, manifests["task"], configs, app)
+    finally:
+        cluster.stop()
+        broker.stop()
+    return hop, task
+
+
+def _one_process(rt, store, hop: dict, epochs: int, shards: int  # noqa: ANN001
+                 ) -> tuple[float, bool]:
+    """One process, one trial after another, in hoptune's recorded visit orders: its seconds
+    per epoch, and whether every trial's final weights are bitwise hoptune's."""
+    import torch
+
+    from hoptune.tasks.hop import replay_trial
+    from hoptune.tasks.worker import checkpoint_key, load_checkpoint
+
+    torch.set_num_threads(1)
+    started = time.monotonic()
+    equal = True
+    for trial in hop["trials"]:
+        replayed = replay_trial(rt, trial.id)
+        final = load_checkpoint(store, checkpoint_key(
+            hop["study"], trial.id, epochs - 1, shards - 1)).model
+        equal &= replayed.keys() == final.keys() and all(
+            torch.equal(replayed[k], final[k]) for k in final)
+    return (time.monotonic() - started) / epochs, equal
+
+
+def _bytes(store, manifests: dict, hop: dict, task: dict, args: argparse.Namespace,  # noqa: ANN001
+           shards: int) -> tuple[dict, dict, dict]:
+    """Bytes of data the workers hold (the shards' tensors, as loaded on their devices), of
+    the store's files, and moved between store and workers (at most), by way."""
+    from hoptune.regions import load_shard
+    from hoptune.tasks.worker import checkpoint_key
+
+    shard_bytes = [sum(t.nbytes for t in load_shard(store, manifests["hop"], k).values())
+                   for k in range(shards)]
+    full_bytes = sum(t.nbytes for t in load_shard(store, manifests["task"], 0).values())
+    files = {"hop": sum(store.fs.size(store.path(k))
+                        for k in manifests["hop"]["files"]["shards"]),
+             "task": 2 * store.fs.size(store.path(manifests["task"]["files"]["shards"][0]))}
+    checkpoint_bytes = store.fs.size(store.path(checkpoint_key(
+        hop["study"], hop["trials"][0].id, args.epochs - 1, shards - 1)))
+    stored = {"hop": sum(shard_bytes), "task": 2 * full_bytes}
+    moved = {
+        "hop": sum(shard_bytes) + checkpoint_bytes * (2 * hop["hops"] - args.trials),
+        "task": 2 * full_bytes + checkpoint_bytes * (2 * task["hops"] - args.trials)}
+    return stored, files, moved
 
 
 def _verdict(ok: bool) -> str:

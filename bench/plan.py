@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hoptune.tuner import HopRecords
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import command, load_average, machine, write_section  # noqa: E402
@@ -121,16 +123,17 @@ def _run(settings, config, workers: int, owners: dict) -> tuple[float, dict]:  #
     studies = [rt.db.study(i) for i in ids]
     replayed = Planner(rt, config, list(config.regions), history=studies,
                        host=os.environ["HOPTUNE_HOST_CLASS"]).wall(owners)
-    assert all(s["state"] == "done" for s in studies), [s["state"] for s in studies]
-    wall = (max(s["finished_at"] for s in studies) - started).total_seconds()
+    assert all(s.state == "done" for s in studies), [s.state for s in studies]
+    wall = (max(s.finished_at for s in studies) - started).total_seconds()
     outcomes: dict[str, int] = {}
     for s in studies:
-        for state, n in rt.db.counts(s["id"]).items():
+        for state, n in rt.db.counts(s.id).items():
             outcomes[state] = outcomes.get(state, 0) + n
-    done = [h for s in studies for h in rt.db.hops(study_id=s["id"]) if h["state"] == "done"]
+    records = HopRecords(rt.db)
+    done = [h for s in studies for h in records.all(study_id=s.id) if h.state == "done"]
     rt.db.dispose()
     return wall, {"hops": len(done), "trials": outcomes, "replayed": replayed,
-                  "hop_seconds": sum((h["finished_at"] - h["started_at"]).total_seconds()
+                  "hop_seconds": sum((h.finished_at - h.started_at).total_seconds()
                                      for h in done)}
 
 
@@ -148,10 +151,8 @@ def main() -> int:
         os.environ.pop(key, None)
 
     from hoptune.core import Settings
-    from hoptune.regions import ingest, load_config, write_demo
-    from hoptune.tasks.cli import assign_shards, calibrate
-    from hoptune.tasks.plan import Planner
-    from hoptune.tasks.worker import EmbeddedRedis, Runtime
+    from hoptune.regions import write_demo
+    from hoptune.tasks.worker import EmbeddedRedis
 
     settings = Settings.from_env()
     started = time.monotonic()
@@ -162,45 +163,9 @@ def main() -> int:
     try:
         demo = write_demo(home / "demo", regions=REGIONS, rows=args.rows)
         data = demo.parent / "data"
-        first = load_config(_config(home, data, 0, REGIONS[:1], 8, 1, 2, False))
-        for workers in sorted({run[2] for run in RUNS}):  # one calibration per host class
-            os.environ["HOPTUNE_HOST_CLASS"] = _host_class(workers)
-            assert calibrate(settings, first, "north", local_workers=workers) is not None
-        for index, (name, regions, workers, trials, epochs, parallel, pruning) in enumerate(
-                RUNS, start=1):
-            config = load_config(_config(home, data, index, regions, trials, epochs, parallel,
-                                         pruning))
-            rt = Runtime(settings, worker="bench")
-            for region in config.regions.values():  # as a night starts: its data first
-                ingest(region, rt.store)
-            os.environ["HOPTUNE_HOST_CLASS"] = _host_class(workers)
-            planner = Planner(rt, config, list(regions), host=_host_class(workers))
-            owners = {(r, k): [f"w{i}"] for i, owned in enumerate(
-                assign_shards({n: 2 for n in regions}, workers)) for r, k in owned}
-            predicted = planner.plan(owners)
-            rt.db.dispose()
-            loads.append(load_average())
-            wall, seen = _run(settings, config, workers, owners)
-            error = (predicted.wall_seconds - wall) / wall
-            runs.append({"run": name, "regions": len(regions), "workers": workers,
-                         "trials": trials, "epochs": epochs, "pruning": pruning,
-                         "predicted_seconds": round(predicted.wall_seconds, 2),
-                         "range_seconds": [round(predicted.low_seconds, 2),
-                                           round(predicted.high_seconds, 2)],
-                         "measured_seconds": round(wall, 2), "error_share": round(error, 4),
-                         "replayed_seconds": round(seen["replayed"], 2),
-                         "replayed_error_share": round((seen["replayed"] - wall) / wall, 4),
-                         "predicted_hops": predicted.hops, "measured_hops": seen["hops"],
-                         "predicted_hop_seconds": round(predicted.train_seconds, 2),
-                         "measured_hop_seconds": round(seen["hop_seconds"], 2),
-                         "trials_by_state": seen["trials"],
-                         "history_hops": max(c["hops"] for c in predicted.costs.values()),
-                         "validation_seconds": round(predicted.validation, 3),
-                         "dispatch_seconds": round(predicted.dispatch, 3),
-                         "start_seconds": round(predicted.start, 3),
-                         "start_model_seconds": round(predicted.start_model, 3),
-                         "turnaround_seconds": round(predicted.turnaround, 3),
-                         "load_after": load_average()})
+        _calibrate(settings, home, data)
+        for index, spec in enumerate(RUNS, start=1):
+            runs.append(_predict_and_run(settings, home, data, index, spec, loads))
             print(json.dumps(runs[-1]), flush=True)
     finally:
         broker.stop()
@@ -215,6 +180,62 @@ def main() -> int:
     _report(result, loads)
     print(json.dumps(result))
     return 0
+
+
+def _calibrate(settings, home: Path, data: Path) -> None:  # noqa: ANN001 - bench glue
+    """One calibration per host class: the hop costs the first run is planned with."""
+    from hoptune.regions import load_config
+    from hoptune.tasks.cli import calibrate
+
+    first = load_config(_config(home, data, 0, REGIONS[:1], 8, 1, 2, False))
+    for workers in sorted({run[2] for run in RUNS}):
+        os.environ["HOPTUNE_HOST_CLASS"] = _host_class(workers)
+        assert calibrate(settings, first, "north", local_workers=workers) is not None
+
+
+def _predict_and_run(settings, home: Path, data: Path, index: int,  # noqa: ANN001
+                     spec: tuple, loads: list[str]) -> dict:
+    """Run ``index`` of ``RUNS``: planned from the history so far, then run; its figures.
+    Appends the load average before the run to ``loads``."""
+    from hoptune.regions import ingest, load_config
+    from hoptune.tasks.cli import assign_shards
+    from hoptune.tasks.plan import Planner
+    from hoptune.tasks.worker import Runtime
+
+    name, regions, workers, trials, epochs, parallel, pruning = spec
+    config = load_config(_config(home, data, index, regions, trials, epochs, parallel,
+                                 pruning))
+    rt = Runtime(settings, worker="bench")
+    for region in config.regions.values():  # as a night starts: its data first
+        ingest(region, rt.store)
+    os.environ["HOPTUNE_HOST_CLASS"] = _host_class(workers)
+    planner = Planner(rt, config, list(regions), host=_host_class(workers))
+    owners = {(r, k): [f"w{i}"] for i, owned in enumerate(
+        assign_shards({n: 2 for n in regions}, workers)) for r, k in owned}
+    predicted = planner.plan(owners)
+    rt.db.dispose()
+    loads.append(load_average())
+    wall, seen = _run(settings, config, workers, owners)
+    error = (predicted.wall_seconds - wall) / wall
+    return {"run": name, "regions": len(regions), "workers": workers,
+            "trials": trials, "epochs": epochs, "pruning": pruning,
+            "predicted_seconds": round(predicted.wall_seconds, 2),
+            "range_seconds": [round(predicted.low_seconds, 2),
+                              round(predicted.high_seconds, 2)],
+            "measured_seconds": round(wall, 2), "error_share": round(error, 4),
+            "replayed_seconds": round(seen["replayed"], 2),
+            "replayed_error_share": round((seen["replayed"] - wall) / wall, 4),
+            "predicted_hops": predicted.hops, "measured_hops": seen["hops"],
+            "predicted_hop_seconds": round(predicted.train_seconds, 2),
+            "measured_hop_seconds": round(seen["hop_seconds"], 2),
+            "trials_by_state": seen["trials"],
+            "history_hops": max(c["hops"] for c in predicted.costs.values()),
+            "validation_seconds": round(predicted.validation, 3),
+            "dispatch_seconds": round(predicted.dispatch, 3),
+            "start_seconds": round(predicted.start, 3),
+            "start_model_seconds": round(predicted.start_model, 3),
+            "turnaround_seconds": round(predicted.turnaround, 3),
+            "load_after": load_average()}
 
 
 HEADER_ROW = ("| run | predicted s (range) | measured s | error | hop s: predicted / measured "

@@ -1,10 +1,9 @@
 """The report's plots: PNG files drawn with matplotlib's object API on the Agg canvas.
 
-Each figure is a ``matplotlib.figure.Figure`` with its own ``FigureCanvasAgg``:
-no pyplot, so no global backend switch, no display, and no figure registry
-shared between threads. Every function writes exactly one PNG, and draws a
-message instead of empty axes when there is nothing to plot, so a report
-always has the same files.
+Each figure has its own canvas (``tuner._canvas``: no pyplot, no display, no
+figure registry shared between threads). Every function writes exactly one
+PNG, and draws a message instead of empty axes when there is nothing to plot,
+so a report always has the same files.
 """
 
 from __future__ import annotations
@@ -18,13 +17,21 @@ from typing import Any
 
 from matplotlib import colormaps
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+from hoptune.tuner._canvas import (
+    GRID,
+    finite,
+    message_png,
+    metric_label,
+    new_figure,
+    save_png,
+    trial_colour,
+)
 
 __all__ = [
     "Bar",
@@ -37,12 +44,8 @@ __all__ = [
     "plot_history",
     "plot_learning_curves",
     "plot_params",
-    "trial_colour",
 ]
 
-DPI = 100
-WIDTH = 9.0  # inches: 900 pixels at DPI
-_GRID = {"color": "#dddddd", "linewidth": 0.6}
 # How a trial's state draws in the learning curves: line style and end marker.
 _STYLE = {
     "done": ("-", "o"),
@@ -108,48 +111,15 @@ class Card:
     trial_number: Any = None
 
 
-def trial_colour(number: int) -> tuple[float, float, float, float]:
-    """The colour of trial ``number`` in every plot: tab10's colours, then their light twins."""
-    return colormaps["tab20"]((number % 10) * 2 + (number // 10) % 2)
-
-
-def _figure(height: float, width: float = WIDTH) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, format="png", dpi=DPI, facecolor="white")
-    return path
-
-
-def _message(path: Path, title: str, text: str, height: float = 3.0) -> Path:
-    """A PNG that says why there is no plot: a titled, framed note, never a blank image."""
-    fig = _figure(height)
-    ax = fig.add_subplot()
-    ax.set_title(title, loc="left", fontsize=12)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.set_facecolor("#f4f4f4")
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=14, color="#444444",
-            transform=ax.transAxes, wrap=True)
-    return _save(fig, path)
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
-
-
 def plot_history(path: Path, trials: Sequence[TrialResult], *, metric_name: str,
                  minimize: bool, best_number: int | None) -> Path:
     """Each finished or pruned trial's metric by trial number, and the best so far."""
     title = "Optimization history"
-    scored = sorted((t for t in trials if t.state in ("done", "pruned") and _finite(t.metric)),
+    scored = sorted((t for t in trials if t.state in ("done", "pruned") and finite(t.metric)),
                     key=lambda t: t.number)
     if not scored:
-        return _message(path, title, "no finished or pruned trial with a metric yet")
-    fig = _figure(4.2)
+        return message_png(path, title, "no finished or pruned trial with a metric yet")
+    fig = new_figure(4.2)
     ax = fig.add_subplot()
     done = [t for t in scored if t.state == "done"]
     pruned = [t for t in scored if t.state == "pruned"]
@@ -169,26 +139,26 @@ def plot_history(path: Path, trials: Sequence[TrialResult], *, metric_name: str,
                    edgecolor="black", linewidth=0.6, zorder=4,
                    label=f"best trial ({star[0].number})")
     ax.set_xlabel("trial number")
-    ax.set_ylabel(_metric_label(metric_name, minimize))
+    ax.set_ylabel(metric_label(metric_name, minimize))
     ax.set_title(title, loc="left", fontsize=12)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.grid(True, **_GRID)
+    ax.grid(True, **GRID)
     ax.legend(loc="best", fontsize=9, framealpha=0.9)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_params(path: Path, trials: Sequence[TrialResult], dims: Sequence[Dim], *,
                 metric_name: str, minimize: bool) -> Path:
     """Each hyperparameter against the metric: one panel per dimension."""
     title = "Hyperparameters against the metric"
-    scored = [t for t in trials if t.state in ("done", "pruned") and _finite(t.metric)]
+    scored = [t for t in trials if t.state in ("done", "pruned") and finite(t.metric)]
     if not dims:
-        return _message(path, title, "no hyperparameter varies across the trials")
+        return message_png(path, title, "no hyperparameter varies across the trials")
     if not scored:
-        return _message(path, title, "no finished or pruned trial with a metric yet")
+        return message_png(path, title, "no finished or pruned trial with a metric yet")
     columns = 2 if len(dims) == 4 else min(3, len(dims))
     rows = math.ceil(len(dims) / columns)
-    fig = _figure(1.0 + 3.0 * rows)
+    fig = new_figure(1.0 + 3.0 * rows)
     fig.suptitle(title, x=0.01, ha="left", fontsize=12)
     axes = fig.subplots(rows, columns, squeeze=False, sharey=True)
     numbers = sorted(t.number for t in scored)
@@ -202,7 +172,7 @@ def plot_params(path: Path, trials: Sequence[TrialResult], dims: Sequence[Dim], 
         ax = axes[index // columns][index % columns]
         _param_panel(ax, dim, scored, colour)
         if index % columns == 0:
-            ax.set_ylabel(_metric_label(metric_name, minimize))
+            ax.set_ylabel(metric_label(metric_name, minimize))
     for index in range(len(dims), rows * columns):
         axes[index // columns][index % columns].set_visible(False)
     handles = [Line2D([], [], linestyle="", marker=marker, color="#555555", label=state)
@@ -216,7 +186,7 @@ def plot_params(path: Path, trials: Sequence[TrialResult], dims: Sequence[Dim], 
         fig.colorbar(scale, ax=axes, label="trial number", shrink=0.6, aspect=30)
     fig.legend(handles=handles, loc="outside right upper", fontsize=8,
                ncols=1 if len(handles) <= 12 else 2)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _param_panel(ax: Axes, dim: Dim, trials: Sequence[TrialResult],
@@ -248,7 +218,7 @@ def _param_panel(ax: Axes, dim: Dim, trials: Sequence[TrialResult],
         marker = "o" if t.state == "done" else "x"
         ax.scatter([x], [t.metric], s=40, marker=marker, color=colour[t.number], zorder=3)
     ax.set_xlabel(dim.name + (" (log)" if dim.log else ""))
-    ax.grid(True, **_GRID)
+    ax.grid(True, **GRID)
 
 
 def plot_learning_curves(path: Path, trials: Sequence[TrialResult], *, metric_name: str,
@@ -257,8 +227,8 @@ def plot_learning_curves(path: Path, trials: Sequence[TrialResult], *, metric_na
     title = "Learning curves"
     drawn = [t for t in trials if t.curve]
     if not drawn:
-        return _message(path, title, "no epoch has a validation metric yet")
-    fig = _figure(4.6)
+        return message_png(path, title, "no epoch has a validation metric yet")
+    fig = new_figure(4.6)
     ax = fig.add_subplot()
     for t in drawn:
         style, marker = _STYLE.get(t.state, ("-", "o"))
@@ -270,11 +240,11 @@ def plot_learning_curves(path: Path, trials: Sequence[TrialResult], *, metric_na
         ax.plot(xs[-1:], ys[-1:], linestyle="", marker=marker, color=colour, markersize=9,
                 markeredgewidth=2, markerfacecolor="none" if marker != "x" else colour)
     ax.set_xlabel("epoch")
-    ax.set_ylabel(_metric_label(metric_name, minimize))
+    ax.set_ylabel(metric_label(metric_name, minimize))
     ax.set_title(title, loc="left", fontsize=12)
     ax.set_xlim(0.8, max(epochs, max(e for t in drawn for e, _ in t.curve)) + 0.2)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(True, **_GRID)
+    ax.grid(True, **GRID)
     states = sorted({t.state for t in drawn}, key=list(_STYLE).index)
     style_handles = [Line2D([], [], color="#444444", linestyle=_STYLE[s][0],
                             marker=_STYLE[s][1], markerfacecolor="none", label=s)
@@ -286,19 +256,19 @@ def plot_learning_curves(path: Path, trials: Sequence[TrialResult], *, metric_na
         fig.legend(handles=[Line2D([], [], color=trial_colour(t.number), linewidth=2,
                                    label=f"trial {t.number}") for t in drawn],
                    loc="outside right upper", fontsize=8, ncols=1 if len(drawn) <= 10 else 2)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_gantt(path: Path, bars: Sequence[Bar], loads: Sequence[WorkerLoad]) -> Path:
     """Hops per worker over time: one row per worker, one bar per hop, coloured by trial."""
     title = "Hops per worker"
     if not bars:
-        return _message(path, title, "no hop has finished yet")
+        return message_png(path, title, "no hop has finished yet")
     span = max(b.end for b in bars)
     scale, unit = _time_unit(span)
     workers = [load.worker for load in loads]
     row = {w: i for i, w in enumerate(workers)}
-    fig = _figure(min(max(2.8, 1.4 + 0.55 * len(workers)), 16.0))
+    fig = new_figure(min(max(2.8, 1.4 + 0.55 * len(workers)), 16.0))
     ax = fig.add_subplot()
     patches = [ax.barh(row[b.worker], (b.end - b.start) / scale, left=b.start / scale,
                        height=0.7, color=trial_colour(b.trial), linewidth=0,
@@ -311,7 +281,7 @@ def plot_gantt(path: Path, bars: Sequence[Bar], loads: Sequence[WorkerLoad]) -> 
                   fontsize=9 if len(workers) <= 30 else 6)
     ax.set_xlabel(f"{unit} since the first hop started")
     ax.set_title(title + " (label: shard; row: worker and busy share)", loc="left", fontsize=12)
-    ax.grid(True, axis="x", **_GRID)
+    ax.grid(True, axis="x", **GRID)
     ax.set_axisbelow(True)
     fig.canvas.draw()  # the axes' size in pixels decides which bars get an edge and a label
     pixels_per_unit = ax.get_window_extent().width / (ax.get_xlim()[1] - ax.get_xlim()[0])
@@ -329,19 +299,19 @@ def plot_gantt(path: Path, bars: Sequence[Bar], loads: Sequence[WorkerLoad]) -> 
         fig.legend(handles=[Line2D([], [], color=trial_colour(n), linewidth=6,
                                    label=f"trial {n}") for n in trials],
                    loc="outside right upper", fontsize=8, ncols=1 if len(trials) <= 10 else 2)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_champions(path: Path, cards: Sequence[Card], *, region: str, metric_name: str,
                    minimize: bool, now: datetime) -> Path:
     """The region's champion metric over the promotion dates, as a step plot."""
     title = f"Champion history of region {region}"
-    dated = sorted((c for c in cards if c.created_at is not None and _finite(c.metric)),
+    dated = sorted((c for c in cards if c.created_at is not None and finite(c.metric)),
                    key=lambda c: c.created_at)  # type: ignore[arg-type, return-value]
     if not dated:
-        return _message(path, title, "no champion yet" if not cards
-                        else "no promotion has both a date and a metric")
-    fig = _figure(4.0)
+        return message_png(path, title, "no champion yet" if not cards
+                           else "no promotion has both a date and a metric")
+    fig = new_figure(4.0)
     ax = fig.add_subplot()
     dates = [c.created_at for c in dated]
     values = [float(c.metric) for c in dated]  # type: ignore[arg-type]
@@ -349,7 +319,7 @@ def plot_champions(path: Path, cards: Sequence[Card], *, region: str, metric_nam
     ax.step([*dates, end], [*values, values[-1]], where="post", color="#1f77b4", linewidth=1.8,
             label="champion")
     ax.scatter(dates, values, s=40, color="#1f77b4", zorder=3)
-    before = [(c.created_at, c.previous_metric) for c in dated if _finite(c.previous_metric)]
+    before = [(c.created_at, c.previous_metric) for c in dated if finite(c.previous_metric)]
     if before:
         ax.scatter([d for d, _ in before], [m for _, m in before], s=40, zorder=3,
                    facecolor="none", edgecolor="#7f7f7f", linewidth=1.2,
@@ -362,16 +332,12 @@ def plot_champions(path: Path, cards: Sequence[Card], *, region: str, metric_nam
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
     ax.set_xlabel("promotion date (UTC)")
-    ax.set_ylabel(_metric_label(metric_name, minimize))
+    ax.set_ylabel(metric_label(metric_name, minimize))
     ax.set_title(title, loc="left", fontsize=12)
-    ax.grid(True, **_GRID)
+    ax.grid(True, **GRID)
     ax.margins(x=0.06, y=0.2)
     ax.legend(loc="best", fontsize=8, framealpha=0.9)
-    return _save(fig, path)
-
-
-def _metric_label(metric_name: str, minimize: bool) -> str:
-    return f"validation {metric_name} ({'lower' if minimize else 'higher'} is better)"
+    return save_png(fig, path)
 
 
 def _time_unit(seconds: float) -> tuple[float, str]:

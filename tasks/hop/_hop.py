@@ -15,13 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from hoptune.core import CheckpointError
 from hoptune.regions import RegionConfig, get_family
+from hoptune.tasks.hop._delivery import Claimed, EpochEnd, HopReport
 from hoptune.tasks.hop._training import (
     TrainedPass,
     build_trial_model,
@@ -46,58 +46,22 @@ from hoptune.tasks.worker import (
     study_manifest,
     tune_step_dispatch,
 )
-from hoptune.tuner import ACTIVE_STATES, utcnow
+from hoptune.tuner import ACTIVE_STATES, HopRecords, StudyRow, TrialRow, utcnow
 
-__all__ = ["BuildFailed", "Claimed", "EpochEnd", "HopReport", "claim", "finish", "model_at",
-           "readable", "release", "restore", "restore_trial", "run_hop", "save",
-           "train_alone"]
+__all__ = ["BuildFailed", "claim", "finish", "model_at", "readable", "release", "restore",
+           "restore_trial", "run_hop", "save", "train_alone"]
 
 log = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class EpochEnd:
-    """The last hop of an epoch is done: what the workflow needs to end the epoch.
 
-    ``model`` holds the weights the hop trained, or None when this delivery did no
-    training (a redelivery); the workflow then reads them from the checkpoint.
-    """
-
-    region: RegionConfig
-    study: dict[str, Any]
-    trial: dict[str, Any]
-    epoch: int
-    model: torch.nn.Module | None
-    manifest: dict[str, Any]
-
-
-@dataclass
-class HopReport:
-    """What one delivery of a hop did, for logs, events and the benchmark."""
-
-    trial_id: int
-    epoch: int
-    position: int
-    shard: int
-    trained: bool = False
-    samples: int = 0
-    loss: float | None = None
-    load_seconds: float = 0.0
-    train_seconds: float = 0.0
-    save_seconds: float = 0.0
-    dispatch: list[Dispatch] = field(default_factory=list)
-    skipped: str | None = None
-    epoch_end: EpochEnd | None = None
-    retry: bool = False  # the delivery failed once: send the hop again after a pause
-
-
-def restore_trial(rt: Runtime, region: RegionConfig, study: dict[str, Any],
-                  trial: dict[str, Any], epoch: int, position: int, meta: dict[str, Any]
+def restore_trial(rt: Runtime, region: RegionConfig, study: StudyRow,
+                  trial: TrialRow, epoch: int, position: int, meta: dict[str, Any]
                   ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """The model and optimizer a hop at (epoch, position) starts from, on the worker's device."""
-    params = trial["params"]
+    params = trial.params
     before = previous_position(epoch, position, region.shards)
     if before is None:
-        model = build_trial_model(region, params, trial["seed"], meta, rt.device)
+        model = build_trial_model(region, params, trial.seed, meta, rt.device)
         return model, make_trial_optimizer(region, params, model)
     model, checkpoint = model_at(rt, region, study, trial, *before, meta, reuse=True)
     optimizer = make_trial_optimizer(region, params, model)
@@ -105,7 +69,7 @@ def restore_trial(rt: Runtime, region: RegionConfig, study: dict[str, Any],
     return model, optimizer
 
 
-def model_at(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict[str, Any],
+def model_at(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
              epoch: int, position: int, meta: dict[str, Any], *, reuse: bool = False
              ) -> tuple[torch.nn.Module, Checkpoint]:
     """The trial's model as hop (epoch, position) left it, and that hop's checkpoint.
@@ -116,33 +80,18 @@ def model_at(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: di
     copy this worker kept in memory when it wrote that checkpoint is taken
     instead of reading the store, if the stored one is still the same.
     """
-    key = checkpoint_key(study["id"], trial["id"], epoch, position)
-    checkpoint = rt.latest.take(rt.store, trial["id"], key) if reuse else None
+    key = checkpoint_key(study.id, trial.id, epoch, position)
+    checkpoint = rt.latest.take(rt.store, trial.id, key) if reuse else None
     if checkpoint is None:
         checkpoint = load_checkpoint(rt.store, key, rt.device)
     with torch.device("meta"):
-        model = get_family(region).build(trial["params"], meta)
+        model = get_family(region).build(trial.params, meta)
     model.load_state_dict(checkpoint.model, assign=True)
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         # a tensor the state_dict does not carry (a non-persistent buffer): build for real
-        model = build_trial_model(region, trial["params"], trial["seed"], meta, rt.device)
+        model = build_trial_model(region, trial.params, trial.seed, meta, rt.device)
         model.load_state_dict(checkpoint.model)
     return model, checkpoint
-
-
-@dataclass
-class Claimed:
-    """A delivery that holds its hop (or found it done): what the rest of the hop needs."""
-
-    region: RegionConfig
-    study: dict[str, Any]
-    trial: dict[str, Any]
-    record: dict[str, Any]
-    report: HopReport
-    claim: str  # "claimed" or "done"
-    hop: dict[str, Any]
-    place: int | None = None  # the shard the next hop must take (a cohort's), if unvisited
-    in_pass: bool = False  # a cohort's shared pass trained it (or failed) in this delivery
 
 
 def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
@@ -169,34 +118,35 @@ def claim(rt: Runtime, trial_id: int, epoch: int, position: int, shard: int | No
     not claimed: the report sends its own message to its own shard."""
     db = rt.db
     trial = db.trial(trial_id)
-    study = db.study(trial["study_id"])
+    study = db.study(trial.study_id)
     record = db.epoch(trial_id, epoch)
     report = HopReport(trial_id, epoch, position, -1)
-    if record is None or position >= len(record["visit_order"]):
+    if record is None or position >= len(record.visit_order):
         report.skipped = f"trial {trial_id} has no epoch {epoch} position {position} recorded"
         return report
-    order = record["visit_order"]
+    order = record.visit_order
     report.shard = order[position]
-    if trial["state"] not in ACTIVE_STATES:
-        report.skipped = f"trial is {trial['state']}"
+    if trial.state not in ACTIVE_STATES:
+        report.skipped = f"trial is {trial.state}"
         return report
     region = region_of(study)
     if shard is not None and report.shard != shard:
         report.skipped = f"recorded on shard {report.shard}, not {shard}: sent there"
-        report.dispatch.append(hop_dispatch(region.name, study["id"], trial_id, epoch, position,
+        report.dispatch.append(hop_dispatch(region.name, study.id, trial_id, epoch, position,
                                             report.shard))
         return report
-    outcome, hop = db.claim_hop(trial_id, epoch, position, report.shard, worker=rt.worker,
-                                holder=rt.holder, live_after=live_after())
+    outcome, hop, previous = HopRecords(db).claim(trial_id, epoch, position, report.shard,
+                                                  worker=rt.worker, holder=rt.holder,
+                                                  live_after=live_after())
     if outcome == "held":
-        report.skipped = f"held by {hop['worker']}, which is alive"
-        log.info("hop %s: %s", hop["id"], report.skipped)
+        report.skipped = f"held by {hop.worker}, which is alive"
+        log.info("hop %s: %s", hop.id, report.skipped)
         return report
-    if outcome == "claimed" and hop["interrupted"] > region.max_redeliveries:
+    if outcome == "claimed" and hop.interrupted > region.max_redeliveries:
         reason = (f"hop epoch {epoch} position {position} (shard {report.shard}) was "
-                  f"interrupted {hop['interrupted']} times "
+                  f"interrupted {hop.interrupted} times "
                   f"(max_redeliveries={region.max_redeliveries}); "
-                  f"last on worker {hop['previous_worker']}")
+                  f"last on worker {previous}")
         return _fail_trial(rt, study, trial, report, reason)
     return Claimed(region, study, trial, record, report, outcome, hop)
 
@@ -220,9 +170,10 @@ def finish(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], None] | N
 def release(rt: Runtime, c: Claimed) -> None:
     """Give a claimed hop back to the queue (best effort: the sweeper frees it otherwise)."""
     try:
-        rt.db.release_hop(c.trial["id"], c.report.epoch, c.report.position, holder=rt.holder)
+        HopRecords(rt.db).release(c.trial.id, c.report.epoch, c.report.position,
+                                  holder=rt.holder)
     except Exception:  # noqa: BLE001 - the sweeper frees it once this worker is gone
-        log.warning("hop %d: could not give it back", c.hop["id"], exc_info=True)
+        log.warning("hop %d: could not give it back", c.hop.id, exc_info=True)
 
 
 def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], None] | None,
@@ -231,17 +182,17 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
     db, store = rt.db, rt.store
     region, study, trial, record, report, claim, hop = (
         c.region, c.study, c.trial, c.record, c.report, c.claim, c.hop)
-    trial_id, epoch, position, shard = trial["id"], report.epoch, report.position, report.shard
-    order = record["visit_order"]
-    key = checkpoint_key(study["id"], trial_id, epoch, position)
+    trial_id, epoch, position, shard = trial.id, report.epoch, report.position, report.shard
+    order = record.visit_order
+    key = checkpoint_key(study.id, trial_id, epoch, position)
     manifest = study_manifest(rt, study)
     model: torch.nn.Module | None = None
     if claim == "done":
         report.skipped = "output checkpoint exists"
-        report.samples, report.loss = hop["samples"], hop["loss"]
+        report.samples, report.loss = hop.samples, hop.loss
         report.dispatch.extend(_hand_on_again(rt, region, study, trial_id, epoch, position))
         if position + 1 == len(order):
-            if record["finished_at"] is None:  # the epoch is undecided: validate its weights
+            if record.finished_at is None:  # the epoch is undecided: validate its weights
                 try:
                     model, _ = model_at(rt, region, study, trial, epoch, position,
                                         manifest["meta"])
@@ -259,17 +210,17 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
         except CheckpointError as exc:
             return _rewind(rt, region, study, trial, report, exc)
         except TRANSIENT:
-            db.release_hop(trial_id, epoch, position, holder=rt.holder)
+            HopRecords(db).release(trial_id, epoch, position, holder=rt.holder)
             raise
         except BuildFailed as exc:
-            db.release_hop(trial_id, epoch, position, holder=rt.holder, error=exc.reason)
+            HopRecords(db).release(trial_id, epoch, position, holder=rt.holder, error=exc.reason)
             return _fail_trial(rt, study, trial, report, f"model could not be built: "
                                                          f"{exc.reason}")
         except Exception as exc:  # noqa: BLE001 - any failure is recorded, never lost
-            log.exception("hop %d of trial %d failed", hop["id"], trial_id)
+            log.exception("hop %d of trial %d failed", hop.id, trial_id)
             reason = describe(exc)
-            db.release_hop(trial_id, epoch, position, holder=rt.holder, error=reason)
-            if hop["error"] == reason:  # the same failure on a second delivery: for good
+            HopRecords(db).release(trial_id, epoch, position, holder=rt.holder, error=reason)
+            if hop.error == reason:  # the same failure on a second delivery: for good
                 return _fail_trial(rt, study, trial, report,
                                    f"hop epoch {epoch} position {position} (shard {shard}) "
                                    f"failed twice on {rt.worker}: {reason}")
@@ -279,23 +230,24 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
         try:
             on_progress(report)
         except Exception:  # noqa: BLE001 - an event the broker could not take costs no hop
-            log.warning("hop %d: its progress event was not sent", hop["id"], exc_info=True)
+            log.warning("hop %d: its progress event was not sent", hop.id, exc_info=True)
 
     last = position + 1 == len(order)
     figures = {"samples": report.samples, "loss": report.loss}
     if report.trained:
         figures.update(train_seconds=report.train_seconds, load_seconds=report.load_seconds,
                        save_seconds=report.save_seconds)
-    queued = db.hand_on_hop(trial_id, epoch, position, region=region.name, shards=len(order),
-                            live_after=live_after(), place=c.place, **figures)
+    queued = HopRecords(db).hand_on(trial_id, epoch, position, region=region.name,
+                                    shards=len(order), live_after=live_after(), place=c.place,
+                                    **figures)
     if report.trained:
         log.info("trained hop: trial %d epoch %d position %d shard %d on %s", trial_id, epoch,
                  position, shard, rt.holder)
-    _drop_old_checkpoints(store, study["id"], trial_id, epoch, position, region.shards)
+    _drop_old_checkpoints(store, study.id, trial_id, epoch, position, region.shards)
     if not last:
         if queued is not None:
             report.dispatch.append(
-                hop_dispatch(region.name, study["id"], trial_id, epoch, position + 1, queued))
+                hop_dispatch(region.name, study.id, trial_id, epoch, position + 1, queued))
         return report
     report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)
     return report
@@ -319,7 +271,7 @@ def restore(rt: Runtime, c: Claimed, manifest: dict[str, Any]
     except (CheckpointError, *TRANSIENT):
         raise
     except Exception as exc:  # noqa: BLE001 - the user's model factory may raise anything
-        log.exception("trial %d: building its model failed", c.trial["id"])
+        log.exception("trial %d: building its model failed", c.trial.id)
         raise BuildFailed(describe(exc)) from exc
 
 
@@ -331,9 +283,9 @@ def train_alone(rt: Runtime, c: Claimed, manifest: dict[str, Any], key: str
     model, optimizer = restore(rt, c, manifest)
     data = rt.shard(manifest, report.shard)
     report.load_seconds = time.perf_counter() - started
-    trained = train_pass(c.region, model, optimizer, data, seed=c.trial["seed"],
+    trained = train_pass(c.region, model, optimizer, data, seed=c.trial.seed,
                          epoch=report.epoch, shard=report.shard, position=report.position,
-                         params=c.trial["params"])
+                         params=c.trial.params)
     save(rt, c, key, model, optimizer, trained)
     return model
 
@@ -348,7 +300,7 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     started = time.perf_counter()
     checkpoint = Checkpoint(model=model.state_dict(), optimizer=optimizer.state_dict(),
                             samples=trained.samples, loss=trained.loss)
-    rt.latest.keep(c.trial["id"], key, save_checkpoint(rt.store, key, checkpoint), checkpoint)
+    rt.latest.keep(c.trial.id, key, save_checkpoint(rt.store, key, checkpoint), checkpoint)
     report.save_seconds = time.perf_counter() - started
 
 
@@ -364,18 +316,18 @@ def readable(store: Any, key: str) -> Checkpoint | None:
         return None
 
 
-def _fail_trial(rt: Runtime, study: dict[str, Any], trial: dict[str, Any], report: HopReport,
+def _fail_trial(rt: Runtime, study: StudyRow, trial: TrialRow, report: HopReport,
                 reason: str) -> HopReport:
     """End the trial as failed with ``reason``; its slot goes to the next proposal."""
-    if rt.db.end_trial(trial["id"], "failed", failure=reason):
-        keep_final(rt.store, study["id"], trial["id"], None, region_of(study).shards)
-    log.error("trial %d failed: %s", trial["id"], reason)
+    if rt.db.end_trial(trial.id, "failed", failure=reason):
+        keep_final(rt.store, study.id, trial.id, None, region_of(study).shards)
+    log.error("trial %d failed: %s", trial.id, reason)
     report.skipped = reason
-    report.dispatch.append(tune_step_dispatch(study["id"]))
+    report.dispatch.append(tune_step_dispatch(study.id))
     return report
 
 
-def _rewind(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dict[str, Any],
+def _rewind(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
             report: HopReport, exc: CheckpointError, at: tuple[int, int] | None = None
             ) -> HopReport:
     """A checkpoint is unreadable: set it aside and run the hop that wrote it again.
@@ -388,7 +340,7 @@ def _rewind(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dic
     before = at or previous_position(report.epoch, report.position, region.shards)
     assert before is not None  # the very first hop reads no checkpoint
     aside = set_aside(rt.store, exc.key, utcnow().strftime("%Y%m%dT%H%M%S"))
-    rewinds = rt.db.rewind_hop(trial["id"], *before, reason=str(exc))
+    rewinds = HopRecords(rt.db).rewind(trial.id, *before, reason=str(exc))
     if rewinds is None:
         report.skipped = "trial is no longer running"
         return report
@@ -398,24 +350,24 @@ def _rewind(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial: dic
                            f"max_redeliveries={region.max_redeliveries})")
     log.warning("%s: set aside as %s; running hop epoch %d position %d again", exc, aside,
                 *before)
-    shard = rt.db.epoch(trial["id"], before[0])["visit_order"][before[1]]
-    report.dispatch.append(hop_dispatch(region.name, study["id"], trial["id"], *before, shard))
+    shard = rt.db.epoch(trial.id, before[0]).visit_order[before[1]]
+    report.dispatch.append(hop_dispatch(region.name, study.id, trial.id, *before, shard))
     report.skipped = f"{exc}: set aside, running hop epoch {before[0]} position {before[1]} again"
     return report
 
 
-def _hand_on_again(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial_id: int,
+def _hand_on_again(rt: Runtime, region: RegionConfig, study: StudyRow, trial_id: int,
                    epoch: int, position: int) -> list[Dispatch]:
     """A done hop delivered again hands on again while its successor still waits.
 
     Its first delivery recorded the next hop as queued and may have died before
     sending it; a copy is harmless (the successor is claimed once).
     """
-    following = rt.db.hop(trial_id, epoch, position + 1)
-    if following is None or following["state"] != "queued":
+    following = HopRecords(rt.db).get(trial_id, epoch, position + 1)
+    if following is None or following.state != "queued":
         return []
-    return [hop_dispatch(region.name, study["id"], trial_id, epoch, position + 1,
-                         following["shard"])]
+    return [hop_dispatch(region.name, study.id, trial_id, epoch, position + 1,
+                         following.shard)]
 
 
 def _drop_old_checkpoints(store: Any, study_id: int, trial_id: int, epoch: int, position: int,

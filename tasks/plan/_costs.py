@@ -21,20 +21,30 @@ from typing import Any
 
 import torch
 
-from hoptune.regions import get_family
+from hoptune.regions import RegionConfig, get_family
 from hoptune.tasks.worker import region_of
-from hoptune.tuner import CostKey, HopObservation, StudyDB, WorkerRecords
+from hoptune.tuner import (
+    CostKey,
+    HopObservation,
+    HopRecords,
+    HopRow,
+    StudyDB,
+    StudyRow,
+    WorkerRecords,
+)
 
 __all__ = ["parameter_count", "recorded_observations", "trained_passes"]
 
 
-def parameter_count(study: dict[str, Any], params: dict[str, Any]) -> int:
-    """How many parameters the trial's model has (built on the meta device, once a process
-    for each region configuration, data shape and params: a build takes about 4 ms, and the
+def parameter_count(region_config: dict[str, Any], manifest: dict[str, Any] | None,
+                    params: dict[str, Any]) -> int:
+    """How many parameters a trial's model has, under a study's region configuration and
+    manifest (its data's shape), with ``params``: built on the meta device, once a process for
+    each region configuration, data shape and params (a build takes about 4 ms, and the
     planner and the metrics' forecast count every recorded trial again at each plan)."""
-    meta = (study["manifest"] or {}).get("meta", {})
+    meta = (manifest or {}).get("meta", {})
     return _parameter_count(*(json.dumps(x, sort_keys=True, default=_plain)
-                              for x in (study["region_config"], params, meta)))
+                              for x in (region_config, params, meta)))
 
 
 def _plain(value: Any) -> Any:
@@ -44,66 +54,67 @@ def _plain(value: Any) -> Any:
 
 @functools.lru_cache(maxsize=16384)
 def _parameter_count(region_config: str, params: str, meta: str) -> int:
-    region = region_of({"region_config": json.loads(region_config)})
+    region = RegionConfig.model_validate(json.loads(region_config))
     with torch.device("meta"):
         model = get_family(region).build(json.loads(params), json.loads(meta))
     return sum(p.numel() for p in model.parameters())
 
 
-def trained_passes(hops: Iterable[dict[str, Any]]) -> dict[tuple[Any, float], list[dict[str, Any]]]:
+def trained_passes(hops: Iterable[HopRow]) -> dict[tuple[Any, float], list[HopRow]]:
     """The trained ``hops`` of a study by the shard pass that trained them, keyed by (worker,
     train seconds): a cohort's members record one pass's seconds, a figure two passes never
     share, so a pass of several hops is a cohort's."""
-    out: dict[tuple[Any, float], list[dict[str, Any]]] = {}
+    out: dict[tuple[Any, float], list[HopRow]] = {}
     for h in hops:
-        if h["state"] == "done" and h["train_seconds"] is not None:
-            out.setdefault((h["worker"], h["train_seconds"]), []).append(h)
+        if h.state == "done" and h.train_seconds is not None:
+            out.setdefault((h.worker, h.train_seconds), []).append(h)
     return out
 
 
-def recorded_observations(db: StudyDB, studies: list[dict[str, Any]] | None = None
+def recorded_observations(db: StudyDB, studies: list[StudyRow] | None = None
                           ) -> list[HopObservation]:
     """One observation per trained hop of ``studies`` (default: every study)."""
     processes: dict[str, list[dict[str, Any]]] = {}  # by name, oldest first
     for row in sorted(WorkerRecords(db).all(), key=lambda r: r["started_at"]):
         processes.setdefault(row["name"], []).append(row)
 
-    def process(hop: dict[str, Any]) -> dict[str, Any]:
+    def process(hop: HopRow) -> dict[str, Any]:
         """The process of the hop's worker name that ran it: the last started before it."""
-        rows = processes.get(hop["worker"] or "", [])
-        before = [r for r in rows if r["started_at"] <= hop["started_at"]]
+        rows = processes.get(hop.worker or "", [])
+        before = [r for r in rows if r["started_at"] <= hop.started_at]
         return (before or rows or [{}])[-1]
 
     out = []
     for study in studies if studies is not None else db.studies():
         region = region_of(study)
         family = region.family
-        hops: dict[int, list[dict[str, Any]]] = {}
-        recorded = db.hops(study_id=study["id"])
+        hops: dict[int, list[HopRow]] = {}
+        recorded = HopRecords(db).all(study_id=study.id)
         for hop in recorded:
-            hops.setdefault(hop["trial_id"], []).append(hop)
+            hops.setdefault(hop.trial_id, []).append(hop)
         shared = {key for key, members in trained_passes(recorded).items() if len(members) > 1}
-        for trial in db.trials(study["id"]):
+        for trial in db.trials(study.id):
             parameters = None
-            batch_size = int(trial["params"].get("batch_size", region.batch_size))
-            for hop in hops.get(trial["id"], []):
-                if hop["state"] != "done" or hop["train_seconds"] is None:
+            batch_size = int(trial.params.get("batch_size", region.batch_size))
+            for hop in hops.get(trial.id, []):
+                if hop.state != "done" or hop.train_seconds is None:
                     continue
-                if (hop["worker"], hop["train_seconds"]) in shared:
+                if (hop.worker, hop.train_seconds) in shared:
                     continue
-                if hop["started_at"] is None or hop["finished_at"] is None or not hop["samples"]:
+                if hop.started_at is None or hop.finished_at is None or not hop.samples:
                     continue
                 if parameters is None:
-                    parameters = parameter_count(study, trial["params"])
+                    parameters = parameter_count(study.region_config, study.manifest,
+                                                 trial.params)
                 worker = process(hop)
                 info = worker.get("info") or {}
                 # a worker that stopped cleanly took its row along: its node name's host remains
-                node_host = (hop["worker"] or "").rpartition("@")[2] or None
+                node_host = (hop.worker or "").rpartition("@")[2] or None
                 key = CostKey(family=family, device=str(info.get("device", "unknown")),
                               host=str(info.get("host_class") or worker.get("host") or node_host
                                        or "unknown"))
                 out.append(HopObservation(
-                    key=key, rows=int(hop["samples"]), batch_size=batch_size,
+                    key=key, rows=int(hop.samples), batch_size=batch_size,
                     parameters=parameters,
-                    seconds=(hop["finished_at"] - hop["started_at"]).total_seconds()))
+                    seconds=(hop.finished_at - hop.started_at).total_seconds()))
     return out

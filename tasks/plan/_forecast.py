@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from hoptune.core import HoptuneError
+from hoptune.tuner import StudyDB
 
 __all__ = ["Forecast", "ForecastCache", "forecast"]
 
@@ -47,20 +47,20 @@ class Forecast:
     deadline_left: float | None  # seconds of the deadline left; None: no deadline
 
 
-def forecast(db: Any, deadline: float | None, now: datetime) -> Forecast:
+def forecast(db: StudyDB, deadline: float | None, now: datetime) -> Forecast:
     """The running studies' forecast; raises ``HoptuneError`` when it cannot be made."""
     from hoptune.tasks.plan._plan import Planner, live_owners, most_workers
     from hoptune.tasks.plan._simulate import assign_shards
 
-    running = [s for s in db.studies() if s["state"] == "running"]
+    running = [s for s in db.studies() if s.state == "running"]
     if not running:
         return Forecast(0.0, None if deadline is None else 0, {}, deadline)
     planner = Planner.under_way(db, running)
-    regions = [s["region"] for s in running]
+    regions = [s.region for s in running]
     seconds = planner.wall(planner.owners(live_owners(db, regions)))
     if deadline is None:
         return Forecast(seconds, None, {}, None)
-    left = deadline - (now - min(s["created_at"] for s in running)).total_seconds()
+    left = deadline - (now - min(s.created_at for s in running)).total_seconds()
     walls = {}
     for n in range(1, most_workers(planner) + 1):
         walls[n] = planner.wall(n)

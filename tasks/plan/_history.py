@@ -25,7 +25,7 @@ import bisect
 import statistics
 from typing import Any, NamedTuple
 
-from hoptune.tuner import AshaPruner, Space
+from hoptune.tuner import AshaPruner, HopRecords, HopRow, Space, StudyDB, StudyRow, TrialRow
 
 __all__ = ["Gaps", "Shape", "design_left", "median_gaps", "pruning_record"]
 
@@ -41,7 +41,7 @@ class Gaps(NamedTuple):
     turnaround: float = 0.0  # from a hop's end to its worker's next, its message waiting
 
 
-def design_left(db: Any, space: Space | None, parent_id: int | None, *, minimize: bool,
+def design_left(db: StudyDB, space: Space | None, parent_id: int | None, *, minimize: bool,
                 select: str, told: int = 0) -> int | None:
     """How many more results a study's optimizer needs before it proposes from its model,
     ``told`` of its own known: the initial points of its ``space``, less those and the
@@ -56,16 +56,16 @@ def design_left(db: Any, space: Space | None, parent_id: int | None, *, minimize
     return max(0, space.initial_points - len(prior) - told)
 
 
-def _design_left(db: Any, study: dict[str, Any]) -> int | None:
+def _design_left(db: StudyDB, study: StudyRow) -> int | None:
     """``design_left`` of a recorded study, at its start."""
     from hoptune.tasks.worker import region_of
 
-    space = Space.from_json(study["space"]) if study["space"] is not None else None
-    return design_left(db, space, study["parent_id"], minimize=bool(study["minimize"]),
+    space = Space.from_json(study.space) if study.space is not None else None
+    return design_left(db, space, study.parent_id, minimize=bool(study.minimize),
                        select=region_of(study).select)
 
 
-def median_gaps(db: Any, studies: list[dict[str, Any]]) -> Gaps:
+def median_gaps(db: StudyDB, studies: list[StudyRow]) -> Gaps:
     """Medians of the seconds from a hop's end to its epoch's end, to the next hop's start,
     from a trial's end to the start of the trial that took its slot (a design point's, a
     model's: the design's where no model proposal is recorded), from a study's start
@@ -76,89 +76,125 @@ def median_gaps(db: Any, studies: list[dict[str, Any]]) -> Gaps:
     A hop that waited for its worker to finish another hop waited in the queue, which the
     simulator schedules itself: the gaps before a hop count from when its worker was free.
     """
-    done: dict[int, list[dict[str, Any]]] = {}
+    done = _done_hops(db, studies)
+    samples = _Samples(_Workers(done))
     for study in studies:
-        for h in db.hops(study_id=study["id"]):
-            if h["state"] == "done" and h["started_at"] is not None \
-                    and h["finished_at"] is not None:
-                done.setdefault(h["trial_id"], []).append(h)
-    by_worker: dict[str, list[dict[str, Any]]] = {}
-    for h in (h for hops in done.values() for h in hops):
-        by_worker.setdefault(h["worker"], []).append(h)
-    starts = {}
-    turnaround = []
-    for worker, hops in by_worker.items():
-        hops.sort(key=lambda h: h["started_at"])
-        starts[worker] = [h["started_at"] for h in hops]
-        turnaround += [max(0.0, (b["started_at"] - a["finished_at"]).total_seconds())
-                       for a, b in zip(hops, hops[1:], strict=False)
-                       if b["queued_at"] <= a["finished_at"]]
+        samples.add_study(db, study, done)
+    return samples.medians()
 
-    def ready(hop: dict[str, Any], since: Any) -> float:
+
+def _done_hops(db: StudyDB, studies: list[StudyRow]) -> dict[int, list[HopRow]]:
+    """The studies' hops that ran to their end, by trial."""
+    done: dict[int, list[HopRow]] = {}
+    for study in studies:
+        for h in HopRecords(db).all(study_id=study.id):
+            if h.state == "done" and h.started_at is not None \
+                    and h.finished_at is not None:
+                done.setdefault(h.trial_id, []).append(h)
+    return done
+
+
+def _median(x: list[float]) -> float:
+    return statistics.median(x) if x else 0.0
+
+
+class _Workers:
+    """The hops each worker ran, in the order they started: when was a hop's worker free."""
+
+    def __init__(self, done: dict[int, list[HopRow]]) -> None:
+        self.hops: dict[str, list[HopRow]] = {}
+        for h in (h for hops in done.values() for h in hops):
+            self.hops.setdefault(h.worker, []).append(h)
+        self.starts = {}
+        for worker, hops in self.hops.items():
+            hops.sort(key=lambda h: h.started_at)
+            self.starts[worker] = [h.started_at for h in hops]
+
+    def turnaround(self) -> list[float]:
+        """From a hop's end to its worker's next hop's start, that hop's message waiting."""
+        return [max(0.0, (b.started_at - a.finished_at).total_seconds())
+                for hops in self.hops.values()
+                for a, b in zip(hops, hops[1:], strict=False)
+                if b.queued_at <= a.finished_at]
+
+    def ready(self, hop: HopRow, since: Any) -> float:
         """Seconds from ``since`` or its worker's previous hop's end, the later, to ``hop``."""
-        i = bisect.bisect_left(starts[hop["worker"]], hop["started_at"])
-        free = by_worker[hop["worker"]][i - 1]["finished_at"] if i > 0 else since
-        return max(0.0, (hop["started_at"] - max(since, free)).total_seconds())
+        i = bisect.bisect_left(self.starts[hop.worker], hop.started_at)
+        free = self.hops[hop.worker][i - 1].finished_at if i > 0 else since
+        return max(0.0, (hop.started_at - max(since, free)).total_seconds())
 
-    hand_on, validation, head = [], [], []
-    start: dict[bool, list[float]] = {False: [], True: []}  # by: from the model
-    # the work of each tune_step that started a trial once another had ended, where
-    # recorded (``proposal_seconds``): one figure per step (its trials share their creation)
-    held: dict[bool, dict[tuple[int, Any], float]] = {False: {}, True: {}}
-    for study in studies:
+
+class _Samples:
+    """The gaps measured in the recorded studies, by kind, before their medians."""
+
+    def __init__(self, workers: _Workers) -> None:
+        self.workers = workers
+        self.hand_on: list[float] = []
+        self.validation: list[float] = []
+        self.head: list[float] = []
+        self.start: dict[bool, list[float]] = {False: [], True: []}  # by: from the model
+        # the work of each tune_step that started a trial once another had ended, where
+        # recorded (``proposal_seconds``): one figure per step (its trials share their creation)
+        self.held: dict[bool, dict[tuple[int, Any], float]] = {False: {}, True: {}}
+
+    def add_study(self, db: StudyDB, study: StudyRow, done: dict[int, list[HopRow]]
+                  ) -> None:
+        """A study's hand-ons, validations, trial starts and head."""
         ends, firsts, queued = [], [], []
-        trials = db.trials(study["id"])
+        trials = db.trials(study.id)
         needed = _design_left(db, study)
-        told = sorted(t["finished_at"] for t in trials
-                      if t["state"] in ("done", "pruned") and t["finished_at"] is not None)
-        first_end = min((t["finished_at"] for t in trials if t["finished_at"] is not None),
+        told = sorted(t.finished_at for t in trials
+                      if t.state in ("done", "pruned") and t.finished_at is not None)
+        first_end = min((t.finished_at for t in trials if t.finished_at is not None),
                         default=None)
         for trial in trials:
-            if trial["finished_at"] is not None:
-                ends.append(trial["finished_at"])
+            if trial.finished_at is not None:
+                ends.append(trial.finished_at)
             modelled = needed is not None and \
-                bisect.bisect_right(told, trial["created_at"]) >= needed
-            if trial["proposal_seconds"] is not None and first_end is not None \
-                    and trial["created_at"] >= first_end:
-                held[modelled][study["id"], trial["created_at"]] = trial["proposal_seconds"]
-            hops = done.get(trial["id"], [])
+                bisect.bisect_right(told, trial.created_at) >= needed
+            if trial.proposal_seconds is not None and first_end is not None \
+                    and trial.created_at >= first_end:
+                self.held[modelled][study.id, trial.created_at] = trial.proposal_seconds
+            hops = done.get(trial.id, [])
             if hops:
-                firsts.append((min(hops, key=lambda h: h["started_at"]), modelled))
-                queued.append(min(h["queued_at"] for h in hops))
-            by_epoch: dict[int, list[dict[str, Any]]] = {}
-            for h in hops:
-                by_epoch.setdefault(h["epoch"], []).append(h)
-            for epoch, group in by_epoch.items():
-                group.sort(key=lambda h: h["position"])
-                hand_on += [ready(b, a["finished_at"])
-                            for a, b in zip(group, group[1:], strict=False)]
-                record = db.epoch(trial["id"], epoch)
-                if record is not None and record["finished_at"] is not None:
-                    validation.append(max(0.0, (record["finished_at"] - group[-1]["finished_at"]
-                                                ).total_seconds()))
+                firsts.append((min(hops, key=lambda h: h.started_at), modelled))
+                queued.append(min(h.queued_at for h in hops))
+            self.add_epochs(db, trial, hops)
         for first, modelled in firsts:  # a trial started once another had ended: its wait
-            before = [e for e in ends if e <= first["started_at"]]
+            before = [e for e in ends if e <= first.started_at]
             if before:
-                start[modelled].append(ready(first, max(before)))
+                self.start[modelled].append(self.workers.ready(first, max(before)))
         if queued:
-            head.append(max(0.0, (min(queued) - study["created_at"]).total_seconds()))
+            self.head.append(max(0.0, (min(queued) - study.created_at).total_seconds()))
 
-    def median(x: list[float]) -> float:
-        return statistics.median(x) if x else 0.0
+    def add_epochs(self, db: StudyDB, trial: TrialRow, hops: list[HopRow]) -> None:
+        """A trial's hand-ons within each epoch, and each epoch's validation."""
+        by_epoch: dict[int, list[HopRow]] = {}
+        for h in hops:
+            by_epoch.setdefault(h.epoch, []).append(h)
+        for epoch, group in by_epoch.items():
+            group.sort(key=lambda h: h.position)
+            self.hand_on += [self.workers.ready(b, a.finished_at)
+                             for a, b in zip(group, group[1:], strict=False)]
+            record = db.epoch(trial.id, epoch)
+            if record is not None and record.finished_at is not None:
+                self.validation.append(max(0.0, (record.finished_at
+                                                 - group[-1].finished_at).total_seconds()))
 
-    dispatch = median(hand_on)
-
-    def started(modelled: bool) -> float | None:
+    def started(self, modelled: bool, dispatch: float) -> float | None:
         """A trial's start: its tune_step's message, work and first hop's message where
         the work is recorded; else the measured gap (None: neither)."""
-        if held[modelled]:
-            return 2 * dispatch + median(list(held[modelled].values()))
-        return median(start[modelled]) if start[modelled] else None
+        if self.held[modelled]:
+            return 2 * dispatch + _median(list(self.held[modelled].values()))
+        return _median(self.start[modelled]) if self.start[modelled] else None
 
-    design = started(False) or 0.0
-    model = started(True)
-    return Gaps(median(validation), dispatch, design, design if model is None else model,
-                median(head), median(turnaround))
+    def medians(self) -> Gaps:
+        dispatch = _median(self.hand_on)
+        design = self.started(False, dispatch) or 0.0
+        model = self.started(True, dispatch)
+        return Gaps(_median(self.validation), dispatch, design,
+                    design if model is None else model, _median(self.head),
+                    _median(self.workers.turnaround()))
 
 
 class Shape(NamedTuple):
@@ -172,21 +208,21 @@ class Shape(NamedTuple):
     min_epochs: int
 
 
-def pruning_record(db: Any, studies: list[dict[str, Any]]) -> list[tuple[Shape, int, int]]:
+def pruning_record(db: StudyDB, studies: list[StudyRow]) -> list[tuple[Shape, int, int]]:
     """(shape, finished trials, pruned trials) of each tuned study with rungs."""
     from hoptune.tasks.worker import region_of
 
     out = []
     for study in studies:
         p = region_of(study).pruner
-        if study["kind"] != "tune" or study["space"] is None or not AshaPruner(
+        if study.kind != "tune" or study.space is None or not AshaPruner(
                 reduction_factor=p.reduction_factor, min_epochs=p.min_epochs,
-                max_epochs=study["epochs"]).rungs():
+                max_epochs=study.epochs).rungs():
             continue
-        counts = db.counts(study["id"])
+        counts = db.counts(study.id)
         done, pruned = counts.get("done", 0), counts.get("pruned", 0)
         if done + pruned:
-            out.append((Shape(study["budget"], study["parallel"], study["epochs"],
-                              len(study["manifest"]["rows"]), p.reduction_factor,
+            out.append((Shape(study.budget, study.parallel, study.epochs,
+                              len(study.manifest["rows"]), p.reduction_factor,
                               p.min_epochs), done + pruned, pruned))
     return out

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from hoptune.core import HoptuneError
 from hoptune.regions import Config
 from hoptune.tasks.plan._plan import Plan, Planner, _hms, format_plan, live_owners
 from hoptune.tasks.worker import Runtime
-from hoptune.tuner import NightlyRecords
+from hoptune.tuner import NightlyRecords, StudyRow
 
 __all__ = ["log_nightly_plan", "nightly_plan"]
 
@@ -29,12 +28,12 @@ def log_nightly_plan(rt: Runtime, config: Config, run_id: int, workers: int | No
     """
     started = [r["region"] for r in NightlyRecords(rt.db).regions(run_id)
                if r["study_id"] is not None]
-    history = [s for s in rt.db.studies() if s["nightly_run_id"] != run_id]
+    history = [s for s in rt.db.studies() if s.nightly_run_id != run_id]
     return nightly_plan(rt, config, started, run_id, workers, history=history)
 
 
 def nightly_plan(rt: Runtime, config: Config, regions: list[str], run_id: int,
-                 workers: int | None = None, *, history: list[dict[str, Any]] | None = None
+                 workers: int | None = None, *, history: list[StudyRow] | None = None
                  ) -> Plan | None:
     """Log the plan of a nightly run of ``regions`` as it starts; warn at once when it
     predicts a miss.

@@ -12,13 +12,12 @@ cluster's own visit-order, placement and pruning. Where the history holds
 tuned studies with rungs, the share of their trials ASHA pruned sets the
 simulated metrics' trend (later trials better: an optimizer that learns prunes
 fewer than metrics in random order would), the trend whose simulated share
-comes closest. The range comes from the cost model's spread: every hop
-``1 - spread`` and ``1 + spread`` times its fitted cost.
+comes closest (``tasks.plan._synthetic``). The range comes from the cost
+model's spread: every hop ``1 - spread`` and ``1 + spread`` times its fitted cost.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import statistics
 from dataclasses import dataclass, replace
@@ -27,10 +26,20 @@ from typing import Any
 from hoptune.core import HoptuneError, StudyError
 from hoptune.regions import Config, RegionConfig, get_family
 from hoptune.tasks.plan._costs import parameter_count, recorded_observations
-from hoptune.tasks.plan._history import Shape, design_left, median_gaps, pruning_record
+from hoptune.tasks.plan._history import design_left, median_gaps, pruning_record
 from hoptune.tasks.plan._simulate import SimResult, SimStudy, hop_seconds_from, simulate
+from hoptune.tasks.plan._synthetic import DRAWS, _trend, mean_result
 from hoptune.tasks.worker import Runtime
-from hoptune.tuner import AshaPruner, HopCost, Space, fit_costs, parse_space
+from hoptune.tuner import (
+    AshaPruner,
+    HopCost,
+    HopRecords,
+    Space,
+    StudyDB,
+    StudyRow,
+    fit_costs,
+    parse_space,
+)
 
 __all__ = ["Plan", "Planner", "format_plan", "live_owners", "most_workers", "plan",
            "progress", "workers_for"]
@@ -95,11 +104,12 @@ def _cost(region: RegionConfig, costs: dict[Any, HopCost], host: str | None = No
     return max(mine, key=lambda c: (c.key.host == host, c.hops))
 
 
-def _sizes(region: RegionConfig, study: dict[str, Any], manifest: dict[str, Any]
-           ) -> dict[str, Any]:
+def _sizes(region: RegionConfig, region_config: dict[str, Any],
+           recorded: dict[str, Any] | None, manifest: dict[str, Any]) -> dict[str, Any]:
     """The region's rows per shard, and the batch size and parameter count a hop's cost is
     predicted with: those of the configured parameters, or, for a tuned region, their
-    expectation over the trials the study will run (``trial_sizes``)."""
+    expectation over the trials the study will run (``trial_sizes``). ``region_config`` and
+    ``recorded`` (the manifest a study recorded, if any) size its models."""
     default = {**get_family(region).default_params, **region.params}
     trials = [default]
     if region.space:
@@ -109,7 +119,8 @@ def _sizes(region: RegionConfig, study: dict[str, Any], manifest: dict[str, Any]
             # a hop's cost is linear in 1/batch size and in the parameter count: their means
             # give the mean cost
             "batch_size": len(batches) / sum(1 / b for b in batches),
-            "parameters": statistics.fmean(parameter_count(study, p) for p in trials)}
+            "parameters": statistics.fmean(parameter_count(region_config, recorded, p)
+                                           for p in trials)}
 
 
 def trial_sizes(region: RegionConfig, n: int | None = None) -> list[dict[str, Any]]:
@@ -131,110 +142,53 @@ def _inputs(rt: Runtime, region: RegionConfig, costs: dict[Any, HopCost],
         except HoptuneError as exc:
             raise StudyError(f"region {region.name} has no study and no ingested data: "
                              f"`hoptune ingest {region.name}` first ({exc})") from None
-        study = {"region_config": region.model_dump(mode="json"), "manifest": manifest}
-    manifest = study["manifest"] or rt.manifest(region.name)
+        sizes = _sizes(region, region.model_dump(mode="json"), manifest, manifest)
+    else:
+        sizes = _sizes(region, study.region_config, study.manifest,
+                       study.manifest or rt.manifest(region.name))
     parent = rt.db.latest_study(region.name, state="done")  # the warm start a study gets
     space = parse_space(region.space, f"regions.{region.name}.space") if region.space else None
-    left = design_left(rt.db, space, parent["id"] if parent else None,
-                       minimize=bool(parent["minimize"]) if parent else True,
+    left = design_left(rt.db, space, parent.id if parent else None,
+                       minimize=bool(parent.minimize) if parent else True,
                        select=region.select)
     return _Inputs(region=region, cost=cost, budget=region.trials, parallel=region.parallel,
                    epochs=region.epochs, seed=region.seed, design_left=left,
-                   **_sizes(region, study, manifest))
+                   **sizes)
 
 
-def progress(db: Any, study: dict[str, Any]) -> tuple[tuple[tuple[int, int], ...], int]:
+def progress(db: StudyDB, study: StudyRow) -> tuple[tuple[tuple[int, int], ...], int]:
     """A running study's trials in flight, as (epochs done, hops done in the current epoch),
     and how many of its trials are still to start."""
-    trials = db.trials(study["id"])
+    trials = db.trials(study.id)
     done: dict[tuple[int, int], int] = {}
-    for hop in db.hops(study_id=study["id"]):
-        if hop["state"] == "done":
-            done[hop["trial_id"], hop["epoch"]] = done.get((hop["trial_id"], hop["epoch"]), 0) + 1
-    shards = len(study["manifest"]["rows"])
+    for hop in HopRecords(db).all(study_id=study.id):
+        if hop.state == "done":
+            done[hop.trial_id, hop.epoch] = done.get((hop.trial_id, hop.epoch), 0) + 1
+    shards = len(study.manifest["rows"])
     in_flight = []
     for t in trials:
-        if t["state"] not in ("pending", "running"):
+        if t.state not in ("pending", "running"):
             continue
-        epoch = min(int(t["epochs_done"]), study["epochs"] - 1)
-        in_flight.append((epoch, min(done.get((t["id"], epoch), 0), shards - 1)))
-    return tuple(in_flight), max(0, study["budget"] - len(trials))
+        epoch = min(int(t.epochs_done), study.epochs - 1)
+        in_flight.append((epoch, min(done.get((t.id, epoch), 0), shards - 1)))
+    return tuple(in_flight), max(0, study.budget - len(trials))
 
 
-def _under_way(db: Any, study: dict[str, Any], costs: dict[Any, HopCost]) -> _Inputs:
+def _under_way(db: StudyDB, study: StudyRow, costs: dict[Any, HopCost]) -> _Inputs:
     """What is left of a running study."""
     from hoptune.tasks.worker import region_of
 
     region = region_of(study)
     in_flight, to_start = progress(db, study)
-    space = Space.from_json(study["space"]) if study["space"] is not None else None
-    told = sum(n for state, n in db.counts(study["id"]).items() if state in ("done", "pruned"))
-    left = design_left(db, space, study["parent_id"], minimize=bool(study["minimize"]),
+    space = Space.from_json(study.space) if study.space is not None else None
+    told = sum(n for state, n in db.counts(study.id).items() if state in ("done", "pruned"))
+    left = design_left(db, space, study.parent_id, minimize=bool(study.minimize),
                        select=region.select, told=told)
     return _Inputs(region=region, cost=_cost(region, costs),
-                   budget=len(in_flight) + to_start, parallel=study["parallel"],
-                   epochs=study["epochs"], seed=study["seed"], in_flight=in_flight,
-                   design_left=left, **_sizes(region, study, study["manifest"]))
-
-
-IMPROVING = [k / 10 for k in range(11)]  # the trends tried to match a recorded pruned share
-#: Orders of the synthetic metrics a prediction averages over. One order decides which trials
-#: ASHA keeps and so how many hops a study trains: for 16 trials with two rungs, two orders
-#: gave 46 and 62 hops where runs of the same study trained 50 to 66.
-DRAWS = 16
-
-
-def mean_result(results: list[SimResult]) -> SimResult:
-    """The mean of simulations of the same studies on the same workers (counts rounded)."""
-    if len(results) == 1:
-        return results[0]
-    mean = statistics.fmean
-    outcomes: dict[str, dict[str, int]] = {}
-    for region in results[0].trials:
-        states = {k for r in results for k in r.trials[region]}
-        outcomes[region] = {k: round(mean(r.trials[region].get(k, 0) for r in results))
-                            for k in sorted(states)}
-    return SimResult(
-        wall_seconds=mean(r.wall_seconds for r in results),
-        busy_share={w: mean(r.busy_share[w] for r in results) for w in results[0].busy_share},
-        longest_backlog=max(r.longest_backlog for r in results),
-        hops=round(mean(r.hops for r in results)),
-        train_seconds=mean(r.train_seconds for r in results),
-        validation_seconds=mean(r.validation_seconds for r in results),
-        dispatch_seconds=mean(r.dispatch_seconds for r in results),
-        trials=outcomes)
-
-
-def _trend(record: list[tuple[Shape, int, int]]) -> float:
-    """The trend whose simulated studies of the recorded shapes prune as many trials as the
-    recorded ones did, in all (0 with no record). A shape's pruned share is the trend's,
-    not the history's: of the same metrics, 8 trials in flight 2 at a time prune about 57%,
-    16 about 64%, so one recorded share would mislead a plan of another shape."""
-    if not record:
-        return 0.0
-    pruned = sum(n for _, _, n in record)
-
-    def simulated(improving: float) -> float:
-        return sum(_pruned_share(shape, improving) * finished for shape, finished, _ in record)
-
-    return min(IMPROVING, key=lambda w: (abs(simulated(w) - pruned), w))
-
-
-@functools.lru_cache(maxsize=1024)
-def _pruned_share(shape: Shape, improving: float) -> float:
-    """The share of a study of ``shape`` that ASHA prunes under trend ``improving``: the
-    mean over ``DRAWS`` orders of the metrics (one order of 8 trials prunes 2 to 6), a
-    second a hop: tens of milliseconds on a small host, once a process."""
-    pruner = AshaPruner(reduction_factor=shape.reduction_factor, min_epochs=shape.min_epochs,
-                        max_epochs=shape.epochs)
-    shares = []
-    for draw in range(DRAWS):
-        study = SimStudy("fit", rows=[1] * shape.shards, hop_seconds=lambda _rows: 1.0,
-                         budget=shape.budget, parallel=shape.parallel, epochs=shape.epochs,
-                         pruner=pruner, improving=improving, draw=draw)
-        outcomes = simulate([study], shape.parallel).trials["fit"]
-        shares.append(outcomes.get("pruned", 0) / max(1, sum(outcomes.values())))
-    return statistics.fmean(shares)
+                   budget=len(in_flight) + to_start, parallel=study.parallel,
+                   epochs=study.epochs, seed=study.seed, in_flight=in_flight,
+                   design_left=left,
+                   **_sizes(region, study.region_config, study.manifest, study.manifest))
 
 
 def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
@@ -257,7 +211,7 @@ class Planner:
     """The inputs read once; ``plan(workers)`` simulates."""
 
     def __init__(self, rt: Runtime, config: Config, regions: list[str], *,
-                 history: list[dict[str, Any]] | None = None, host: str | None = None
+                 history: list[StudyRow] | None = None, host: str | None = None
                  ) -> None:
         """``history``: the studies whose hops and gaps to learn from (default: all);
         ``host``: the host class whose hop costs to plan with, where it has some."""
@@ -266,7 +220,7 @@ class Planner:
                     history)
 
     @classmethod
-    def under_way(cls, db: Any, running: list[dict[str, Any]]) -> Planner:
+    def under_way(cls, db: StudyDB, running: list[StudyRow]) -> Planner:
         """A planner of what is left of the ``running`` studies (their trials in flight
         go on from where they stand)."""
         planner = cls.__new__(cls)
@@ -274,16 +228,16 @@ class Planner:
         planner._setup(db, [_under_way(db, s, costs) for s in running])
         return planner
 
-    def _setup(self, db: Any, inputs: list[_Inputs],
-               history: list[dict[str, Any]] | None = None) -> None:
+    def _setup(self, db: StudyDB, inputs: list[_Inputs],
+               history: list[StudyRow] | None = None) -> None:
         """The gaps from the regions' own finished studies, or, where they have none yet,
         from every finished study of their families."""
         self.inputs = inputs
         regions = {i.region.name for i in inputs}
         families = {i.region.family for i in inputs}
         finished = [s for s in (db.studies() if history is None else history)
-                    if s["state"] != "running"]
-        own = [s for s in finished if s["region"] in regions]
+                    if s.state != "running"]
+        own = [s for s in finished if s.region in regions]
         if not own:
             from hoptune.tasks.worker import region_of
 
@@ -396,7 +350,7 @@ def format_plan(p: Plan, deadline: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def live_owners(db: Any, regions: list[str]) -> Workers:
+def live_owners(db: StudyDB, regions: list[str]) -> Workers:
     """The live workers' shards of ``regions``, or their count where a shard has no owner yet."""
     from hoptune.tasks.worker import live_after
     from hoptune.tuner import WorkerRecords

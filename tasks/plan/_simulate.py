@@ -55,7 +55,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hoptune import tuner
-from hoptune.tasks.hop import choose_visit_order, trial_seed
+from hoptune.tasks import hop
+from hoptune.tasks.hop import trial_seed
 from hoptune.tuner import AshaPruner, HopCost
 
 __all__ = ["SimResult", "SimStudy", "assign_shards", "hop_seconds_from", "simulate"]
@@ -164,47 +165,92 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
         raise ValueError("one study per region")
     owners = (assign_shards({s.region: s.shards for s in studies}, workers)
               if isinstance(workers, int) else workers)
-    state = {s.region: _Study(s, _synthetic_metrics(s)) for s in studies}
-    everyone = sorted({w for o in owners.values() for w in o})
-    busy = dict.fromkeys(everyone, 0.0)
-    idle = set(everyone)
-    queued: dict[tuple[str, int], list[tuple[float, int, str, int]]] = {s: [] for s in owners}
-    queued[_CONTROL] = []  # tune_steps: (arrived, seq, region, -1), taken by any worker
-    # a tune_step's work on its worker: proposing from the initial design, from the model
-    hold = {False: max(0.0, start - 2 * dispatch),
-            True: max(0.0, (start if start_model is None else start_model) - 2 * dispatch)}
-    running: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)
-    sent: dict[tuple[str, int], int] = dict.fromkeys(owners, 0)  # on its way: queued already
-    held: dict[str, int] = dict.fromkeys(everyone, 0)
-    events: list[tuple[float, int, str, tuple]] = []
-    seq = 0
-    totals = {"hops": 0, "train": 0.0, "validation": 0.0, "dispatch": 0.0, "backlog": 0}
-    now = 0.0
+    return _Simulation(studies, owners, validation=validation, dispatch=dispatch, start=start,
+                       start_model=start_model, head=head, turnaround=turnaround).run()
 
-    def push(at: float, kind: str, payload: tuple) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(events, (at, seq, kind, payload))
 
-    def loads(region: str) -> tuner.ShardLoads:
-        k = state[region].spec.shards
+class _Simulation:
+    """One run of ``simulate``: the clock, the events to come, the queues and the workers.
+
+    An event is ``(at, seq, kind, payload)``: the heap pops the earliest, and of
+    events at the same time the one pushed first. A queued message is
+    ``(arrived, seq, region, trial)``, ``seq`` the last event's number when it
+    arrived; a worker takes the oldest message of the queues it consumes.
+    """
+
+    def __init__(self, studies: Sequence[SimStudy], owners: dict[tuple[str, int], list[str]],
+                 *, validation: float, dispatch: float, start: float,
+                 start_model: float | None, head: float, turnaround: float) -> None:
+        self.owners = owners
+        self.validation = validation
+        self.dispatch = dispatch
+        self.start = start
+        self.head = head
+        self.turnaround = turnaround
+        self.state = {s.region: _Study(s, _synthetic_metrics(s)) for s in studies}
+        self.everyone = sorted({w for o in owners.values() for w in o})
+        self.busy = dict.fromkeys(self.everyone, 0.0)
+        self.idle = set(self.everyone)
+        self.queued: dict[tuple[str, int], list[tuple[float, int, str, int]]] = {
+            s: [] for s in owners}
+        self.queued[_CONTROL] = []  # tune_steps: (arrived, seq, region, -1), taken by any worker
+        # a tune_step's work on its worker: proposing from the initial design, from the model
+        model = start if start_model is None else start_model
+        self.hold = {False: max(0.0, start - 2 * dispatch), True: max(0.0, model - 2 * dispatch)}
+        self.running = dict.fromkeys(owners, 0)
+        self.sent = dict.fromkeys(owners, 0)  # hops on their way: queued already
+        self.held = dict.fromkeys(self.everyone, 0)
+        self.events: list[tuple[float, int, str, tuple]] = []
+        self.seq = 0
+        self.totals = {"hops": 0, "train": 0.0, "validation": 0.0, "dispatch": 0.0, "backlog": 0}
+        self.now = 0.0
+
+    def run(self) -> SimResult:
+        """Start every study, then play the events until none is left."""
+        for study in self.state.values():
+            self.resume_trials(study)
+            self.start_trials(study, self.start if study.spec.in_flight else self.head)
+        steps = {"arrive": self.arrive, "tune_step": self.recorded, "free": self.take,
+                 "done": self.hop_done}
+        while self.events:
+            self.now, _, kind, payload = heapq.heappop(self.events)
+            steps[kind](*payload)
+        wall, totals = self.now, self.totals
+        return SimResult(
+            wall_seconds=wall,
+            busy_share={w: (b / wall if wall > 0 else 0.0) for w, b in self.busy.items()},
+            longest_backlog=totals["backlog"], hops=totals["hops"],
+            train_seconds=totals["train"], validation_seconds=totals["validation"],
+            dispatch_seconds=totals["dispatch"],
+            trials={r: dict(s.outcomes) for r, s in self.state.items()})
+
+    def push(self, at: float, kind: str, payload: tuple) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at, self.seq, kind, payload))
+
+    def loads(self, region: str) -> tuner.ShardLoads:
+        """The region's shards as the cluster's placement reads them."""
+        k = self.state[region].spec.shards
         return tuner.ShardLoads(
-            queued={s: len(queued[(region, s)]) + sent[(region, s)] for s in range(k)},
-            running={s: running[(region, s)] for s in range(k)},
-            owners={s: list(owners[(region, s)]) for s in range(k)}, held=dict(held))
+            queued={s: len(self.queued[(region, s)]) + self.sent[(region, s)] for s in range(k)},
+            running={s: self.running[(region, s)] for s in range(k)},
+            owners={s: list(self.owners[(region, s)]) for s in range(k)}, held=dict(self.held))
 
-    def send(region: str, trial: int, shard: int, delay: float = 0.0) -> None:
-        totals["dispatch"] += dispatch + delay
-        sent[(region, shard)] += 1
-        push(now + delay + dispatch, "arrive", (region, trial, shard))
+    def send(self, region: str, trial: int, shard: int, delay: float = 0.0) -> None:
+        """A hop's message, on its way to the shard's queue."""
+        self.totals["dispatch"] += self.dispatch + delay
+        self.sent[(region, shard)] += 1
+        self.push(self.now + delay + self.dispatch, "arrive", (region, trial, shard))
 
-    def first_order(study: _Study, trial: _Trial, epoch: int, here: str | None = None
+    def first_order(self, study: _Study, trial: _Trial, epoch: int, here: str | None = None
                     ) -> list[int]:
+        """An epoch's visit order, placed as ``tune_step`` and ``end_of_epoch`` place it."""
         others = [(t.order, t.position) for t in study.running.values() if t is not trial]
-        tentative = choose_visit_order(study.spec.shards, trial.seed, epoch, others)
-        return tuner.first_shards([tentative], loads(study.spec.region), here)[0]
+        tentative = hop.choose_visit_order(study.spec.shards, trial.seed, epoch, others)
+        return tuner.first_shards([tentative], self.loads(study.spec.region), here)[0]
 
-    def resume_trials(study: _Study) -> None:
+    def resume_trials(self, study: _Study) -> None:
+        """The trials of a study under way, each sending the hop it stands at."""
         spec = study.spec
         if len(spec.in_flight) > spec.budget:
             raise ValueError(f"{spec.region}: {len(spec.in_flight)} trials in flight, more "
@@ -214,67 +260,123 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
                 raise ValueError(f"{spec.region}: a trial in flight at epoch {epoch}, hop "
                                  f"{position} is outside {spec.epochs} epochs of "
                                  f"{spec.shards} hops")
-            trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial),
-                           epoch=epoch, position=position)
-            study.next_trial += 1
-            study.running[trial.index] = trial
-            trial.order = first_order(study, trial, epoch)
-            send(spec.region, trial.index, trial.order[position])
+            self.new_trial(study, epoch, position)
 
-    def start_trials(study: _Study, delay: float, limit: int | None = None) -> None:
+    def start_trials(self, study: _Study, delay: float, limit: int | None = None) -> None:
+        """New trials in the study's free slots (at most ``limit``), each sending its first hop."""
         spec = study.spec
         started = 0
         while len(study.running) < spec.parallel and study.next_trial < spec.budget \
                 and (limit is None or started < limit):
             started += 1
-            trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial))
-            study.next_trial += 1
-            study.running[trial.index] = trial
-            trial.order = first_order(study, trial, 0)
-            send(spec.region, trial.index, trial.order[0], delay)
+            self.new_trial(study, delay=delay)
 
-    def take(worker: str) -> None:
-        mine = [s for s, o in owners.items() if worker in o and queued[s]]
-        if queued[_CONTROL]:
+    def new_trial(self, study: _Study, epoch: int = 0, position: int = 0, delay: float = 0.0
+                  ) -> None:
+        """The study's next trial, standing at ``epoch`` and ``position``: it sends that hop."""
+        spec = study.spec
+        trial = _Trial(study.next_trial, seed=trial_seed(spec.seed, study.next_trial),
+                       epoch=epoch, position=position)
+        study.next_trial += 1
+        study.running[trial.index] = trial
+        trial.order = self.first_order(study, trial, epoch)
+        self.send(spec.region, trial.index, trial.order[position], delay)
+
+    def arrive(self, region: str, trial: int, shard: int) -> None:
+        """A hop, or a ``tune_step`` (trial -1), reaches its queue and wakes an idle worker."""
+        key = (region, shard) if trial >= 0 else _CONTROL
+        if trial >= 0:
+            self.sent[key] -= 1
+            self.totals["backlog"] = max(self.totals["backlog"], len(self.queued[key]) + 1)
+        heapq.heappush(self.queued[key], (self.now, self.seq, region, trial))
+        for worker in sorted(self.owners[key]) if trial >= 0 else self.everyone:
+            if worker in self.idle:
+                self.take(worker)
+                break
+
+    def take(self, worker: str) -> None:
+        """``worker`` takes the oldest message of its queues, or goes idle."""
+        mine = [s for s, o in self.owners.items() if worker in o and self.queued[s]]
+        if self.queued[_CONTROL]:
             mine.append(_CONTROL)
         if not mine:
-            idle.add(worker)
+            self.idle.add(worker)
             return
-        shard = min(mine, key=lambda s: queued[s][0][:2])
-        _, _, region, trial = heapq.heappop(queued[shard])
-        idle.discard(worker)
+        shard = min(mine, key=lambda s: self.queued[s][0][:2])
+        _, _, region, trial = heapq.heappop(self.queued[shard])
+        self.idle.discard(worker)
         if shard == _CONTROL:
-            propose(worker, region)
-            return
-        study = state[region]
+            self.propose(worker, region)
+        else:
+            self.train(worker, shard, region, trial)
+
+    def train(self, worker: str, shard: tuple[str, int], region: str, trial: int) -> None:
+        """A hop on ``worker``, validating after an epoch's last shard."""
+        study = self.state[region]
         t = study.running[trial]
         seconds = study.spec.hop_seconds(study.spec.rows[shard[1]])
-        totals["train"] += seconds
+        self.totals["train"] += seconds
         if t.position == study.spec.shards - 1:
-            seconds += validation
-            totals["validation"] += validation
-        running[shard] += 1
-        held[worker] += 1
-        busy[worker] += seconds
-        totals["hops"] += 1
-        push(now + seconds, "done", (worker, shard, region, trial))
+            seconds += self.validation
+            self.totals["validation"] += self.validation
+        self.running[shard] += 1
+        self.held[worker] += 1
+        self.busy[worker] += seconds
+        self.totals["hops"] += 1
+        self.push(self.now + seconds, "done", (worker, shard, region, trial))
 
-    def propose(worker: str, region: str) -> None:
-        """A ``tune_step`` on ``worker``: it reads the study, proposes for the slots free
-        then (outside any lock: its work holds the worker), and records that many trials
-        unless another step recorded some meanwhile, when it reads and proposes again.
-        With no slot free it only reads, in no time."""
-        study = state[region]
+    def propose(self, worker: str, region: str) -> None:
+        """A ``tune_step`` on ``worker`` proposes for the slots free now (its work holds the
+        worker); with no slot free it only reads, in no time."""
+        study = self.state[region]
         free = min(study.spec.parallel - len(study.running),
                    study.spec.budget - study.next_trial)
         if free <= 0:
-            push(now, "tune_step", (worker, region, study.next_trial, 0))
+            self.push(self.now, "tune_step", (worker, region, study.next_trial, 0))
             return
         left = study.spec.design_left
         modelled = left is not None and sum(study.outcomes.values()) >= left
-        push(now + hold[modelled], "tune_step", (worker, region, study.next_trial, free))
+        self.push(self.now + self.hold[modelled], "tune_step",
+                  (worker, region, study.next_trial, free))
 
-    def end_epoch(study: _Study, t: _Trial, here: str) -> None:
+    def recorded(self, worker: str, region: str, seen: int, free: int) -> None:
+        """A ``tune_step`` records its proposals, or proposes again if another one recorded."""
+        if free and self.state[region].next_trial != seen:
+            self.propose(worker, region)
+            return
+        self.start_trials(self.state[region], 0.0, free)
+        self.take(worker)
+
+    def hop_done(self, worker: str, shard: tuple[str, int], region: str, trial: int) -> None:
+        """A hop ends: its trial hands on or ends its epoch; its worker takes its next task."""
+        self.running[shard] -= 1
+        self.held[worker] -= 1
+        study = self.state[region]
+        t = study.running[trial]
+        if t.position + 1 < study.spec.shards:
+            self.hand_on(study, t, worker)
+        else:
+            self.end_epoch(study, t, worker)
+        if self.turnaround > 0:
+            self.push(self.now + self.turnaround, "free", (worker,))
+        else:
+            self.take(worker)
+
+    def hand_on(self, study: _Study, t: _Trial, here: str) -> None:
+        """The trial's next hop, placed as ``StudyDB.hand_on_hop`` places it."""
+        shards = study.spec.shards
+        following = t.position + 1
+        nxt = t.order[following]
+        if following + 1 < shards:
+            nxt = tuner.next_shard(t.order[following:], self.loads(study.spec.region), shards,
+                                   here)
+        t.order = tuner.placed_order(t.order, following, nxt)
+        t.position = following
+        self.send(study.spec.region, t.index, nxt)
+
+    def end_epoch(self, study: _Study, t: _Trial, here: str) -> None:
+        """The trial's epoch ends as ``end_of_epoch`` ends it: the next epoch, or the trial
+        done or pruned, which sends its study a ``tune_step``."""
         spec = study.spec
         epoch = t.epoch + 1  # 1-based, as end_of_epoch passes it
         metric = spec.metric(t.index, epoch) if spec.metric else study.metrics[t.index]
@@ -287,67 +389,10 @@ def simulate(studies: Sequence[SimStudy], workers: int | dict[tuple[str, int], l
             outcome = "pruned"
         else:
             t.epoch, t.position = epoch, 0
-            t.order = first_order(study, t, epoch, here)
-            send(spec.region, t.index, t.order[0])
+            t.order = self.first_order(study, t, epoch, here)
+            self.send(spec.region, t.index, t.order[0])
             return
         study.outcomes[outcome] = study.outcomes.get(outcome, 0) + 1
         del study.running[t.index]
-        totals["dispatch"] += dispatch
-        push(now + dispatch, "arrive", (spec.region, -1, _CONTROL[1]))  # its tune_step
-
-    for study in state.values():
-        resume_trials(study)
-        start_trials(study, start if study.spec.in_flight else head)
-    while events:
-        now, _, kind, payload = heapq.heappop(events)
-        if kind == "arrive":
-            region, trial, shard = payload
-            key = (region, shard) if trial >= 0 else _CONTROL
-            if trial >= 0:
-                sent[key] -= 1
-                totals["backlog"] = max(totals["backlog"], len(queued[key]) + 1)
-            heapq.heappush(queued[key], (now, seq, region, trial))
-            for worker in sorted(owners[key]) if trial >= 0 else everyone:
-                if worker in idle:
-                    take(worker)
-                    break
-            continue
-        if kind == "tune_step":
-            worker, region, seen, free = payload
-            if free and state[region].next_trial != seen:  # another step recorded meanwhile
-                propose(worker, region)
-                continue
-            start_trials(state[region], 0.0, free)
-            take(worker)
-            continue
-        if kind == "free":  # its turnaround after a hop is over
-            take(payload[0])
-            continue
-        worker, shard, region, trial = payload
-        running[shard] -= 1
-        held[worker] -= 1
-        study = state[region]
-        t = study.running[trial]
-        following = t.position + 1
-        if following < study.spec.shards:
-            nxt = t.order[following]
-            if following + 1 < study.spec.shards:
-                nxt = tuner.next_shard(t.order[following:], loads(region),
-                                           study.spec.shards, worker)
-            t.order = tuner.placed_order(t.order, following, nxt)
-            t.position = following
-            send(region, trial, nxt)
-        else:
-            end_epoch(study, t, worker)
-        if turnaround > 0:
-            push(now + turnaround, "free", (worker,))
-        else:
-            take(worker)
-    wall = now
-    return SimResult(
-        wall_seconds=wall,
-        busy_share={w: (b / wall if wall > 0 else 0.0) for w, b in busy.items()},
-        longest_backlog=totals["backlog"], hops=totals["hops"],
-        train_seconds=totals["train"], validation_seconds=totals["validation"],
-        dispatch_seconds=totals["dispatch"],
-        trials={r: dict(s.outcomes) for r, s in state.items()})
+        self.totals["dispatch"] += self.dispatch
+        self.push(self.now + self.dispatch, "arrive", (spec.region, -1, _CONTROL[1]))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.e2e import METHODS, _home, _summary, _table, region_seed
+from bench._e2e_report import METHODS, _summary, _table
+from bench.e2e import _home, region_seed
 
 
 def _seed(seed: int, wall: float, best: float, first_hop: float) -> dict:

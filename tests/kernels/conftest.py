@@ -26,7 +26,7 @@ import torch
 
 from hoptune import kernels
 from hoptune.kernels import _cupy, _dispatch, _source, _specs
-from hoptune.kernels._tracking import BoundTracker
+from tests.kernels.tracking import BoundTracker
 
 SCALAR_CTYPES = {"int32": ctypes.c_int, "int64": ctypes.c_longlong}
 REAL_CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double}

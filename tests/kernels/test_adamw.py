@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hoptune import kernels
-from hoptune.kernels._tracking import BoundTracker
+from tests.kernels.tracking import BoundTracker
 
 OPTIONS = [
     {"amsgrad": amsgrad, "weight_decay": weight_decay}

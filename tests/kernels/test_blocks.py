@@ -6,8 +6,8 @@ import torch
 from hoptune import kernels
 from hoptune.kernels import reference
 from hoptune.kernels._blocks import BLOCK, in_blocks
-from hoptune.kernels._tracking import BoundTracker
 from hoptune.kernels.reference import AdamWScalars, SGDScalars
+from tests.kernels.tracking import BoundTracker
 
 
 def _tensors(n: int, count: int) -> list[torch.Tensor]:

@@ -11,8 +11,8 @@ import torch
 from hoptune import kernels
 from hoptune.kernels import _adamw, _sgd
 from hoptune.kernels._error_model import ErrorModel
-from hoptune.kernels._tracking import BoundTracker
 from hoptune.kernels.reference import AdamWScalars, SGDScalars
+from tests.kernels.tracking import BoundTracker
 
 
 def test_the_issues_cancellation_is_within_the_bound() -> None:

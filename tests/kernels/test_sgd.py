@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hoptune import kernels
-from hoptune.kernels._tracking import BoundTracker
+from tests.kernels.tracking import BoundTracker
 
 OPTIONS = [
     {"momentum": 0.0, "weight_decay": 0.0},

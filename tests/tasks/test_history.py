@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
+import hoptune.tasks.plan._history
 from hoptune.regions import load_config
 from hoptune.tasks.plan._history import design_left, median_gaps
-from hoptune.tuner import parse_space
+from hoptune.tuner import EpochRow, HopRow, StudyRow, TrialRow, parse_space
+from tests.rows import epoch_row, hop_row, study_row, trial_row
 
 T0 = datetime(2026, 11, 24, 1, 0, 0)
 
@@ -19,49 +22,58 @@ def at(seconds: float) -> datetime:
 
 
 class History:
-    """The reads ``median_gaps`` makes of a study database, over rows built by hand."""
+    """The reads ``median_gaps`` makes of a study database and its hop records, over rows
+    built by hand (``hop_records`` stands in for ``HopRecords``)."""
 
     def __init__(self) -> None:
-        self.studies: dict[int, dict[str, Any]] = {}
-        self.trial_rows: dict[int, list[dict[str, Any]]] = {}
-        self.hop_rows: dict[int, list[dict[str, Any]]] = {}
+        self.studies: dict[int, StudyRow] = {}
+        self.trial_rows: dict[int, list[TrialRow]] = {}
+        self.hop_rows: dict[int, list[HopRow]] = {}
+        self.validation = True  # an epoch's validation ends with its last hop
 
-    def trials(self, study_id: int) -> list[dict[str, Any]]:
+    def trials(self, study_id: int) -> list[TrialRow]:
         return self.trial_rows[study_id]
 
-    def hops(self, *, study_id: int) -> list[dict[str, Any]]:
+    def all(self, *, study_id: int) -> list[HopRow]:
         return self.hop_rows[study_id]
 
-    def epoch(self, trial_id: int, epoch: int) -> dict[str, Any]:
+    def epoch(self, trial_id: int, epoch: int) -> EpochRow:
         (hop,) = [h for hops in self.hop_rows.values() for h in hops
-                  if h["trial_id"] == trial_id and h["epoch"] == epoch]
-        return {"finished_at": hop["finished_at"]}  # validation takes no time
+                  if h.trial_id == trial_id and h.epoch == epoch and h.position == 0]
+        return epoch_row(trial_id=trial_id, epoch=epoch,
+                         finished_at=hop.finished_at if self.validation else None)
 
     def add(self, region: dict[str, Any], space: dict[str, Any], parent: int | None,
-            gaps: list[float], proposed: list[float | None] | None = None) -> dict[str, Any]:
+            gaps: list[float], proposed: list[float | None] | None = None) -> StudyRow:
         """A study of one shard, one epoch, one trial at a time on one worker: trial 0 at
         once, trial i's first hop ``gaps[i - 1]`` seconds after trial i - 1 ended (its
         ``tune_step`` created it right at that end, having worked ``proposed[i]`` seconds,
         None: not recorded); each hop lasts a second."""
         sid = len(self.studies) + 1
-        study = {"id": sid, "space": space, "parent_id": parent, "minimize": True,
-                 "region_config": region, "created_at": at(0)}
+        study = study_row(id=sid, space=space, parent_id=parent, minimize=True,
+                          region_config=region, created_at=at(0))
         trials, hops, now = [], [], 0.0
         for i in range(len(gaps) + 1):
             created = now
             now += gaps[i - 1] if i else 0.0
             tid = sid * 100 + i
-            hops.append({"trial_id": tid, "epoch": 0, "position": 0, "worker": "w0",
-                         "state": "done", "queued_at": at(now), "started_at": at(now),
-                         "finished_at": at(now + 1.0)})
+            hops.append(hop_row(trial_id=tid, epoch=0, position=0, worker="w0", state="done",
+                                queued_at=at(now), started_at=at(now),
+                                finished_at=at(now + 1.0)))
             now += 1.0
-            trials.append({"id": tid, "state": "done", "created_at": at(created),
-                           "proposal_seconds": proposed[i] if proposed else None,
-                           "finished_at": at(now), "params": {"lr": 0.01 + i / 1000,
-                                                              "embedding_dim": 8},
-                           "best_metric": 1.0 - i / 100, "last_metric": 1.0 - i / 100})
+            trials.append(trial_row(id=tid, study_id=sid, state="done", created_at=at(created),
+                                    proposal_seconds=proposed[i] if proposed else None,
+                                    finished_at=at(now),
+                                    params={"lr": 0.01 + i / 1000, "embedding_dim": 8},
+                                    best_metric=1.0 - i / 100, last_metric=1.0 - i / 100))
         self.studies[sid], self.trial_rows[sid], self.hop_rows[sid] = study, trials, hops
         return study
+
+
+@pytest.fixture(autouse=True)
+def _hop_records_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HopRecords(db)`` over a ``History`` is the history itself."""
+    monkeypatch.setattr(hoptune.tasks.plan._history, "HopRecords", lambda db: db)
 
 
 @pytest.fixture
@@ -84,8 +96,8 @@ def test_a_trial_start_is_a_design_points_until_the_optimizer_has_its_initial_re
     assert design_left(db, space, None, minimize=True, select="best", told=4) == 2
 
     # warm-started from it: its parent's 8 results count, so every proposal is the model's
-    child = db.add(region, space.to_json(), study["id"], [0.2, 0.1, 0.3])
-    assert design_left(db, space, study["id"], minimize=True, select="best") == 0
+    child = db.add(region, space.to_json(), study.id, [0.2, 0.1, 0.3])
+    assert design_left(db, space, study.id, minimize=True, select="best") == 0
     gaps = median_gaps(db, [child])
     assert gaps.start_model == pytest.approx(0.2)
     assert gaps.start == 0.0  # none recorded
@@ -107,20 +119,20 @@ def test_a_trial_start_is_its_tune_steps_recorded_work_between_two_messages(regi
     # trials 1 to 5 from the initial design, 6 to 9 from the model; 6 and 7 one step's
     study = db.add(region, space.to_json(), None, [0.01] * 9,
                    proposed=[9.0, 0.01, 0.02, 0.01, 0.03, 0.01, 0.15, 0.15, 0.45, 0.5])
-    trials = db.trial_rows[study["id"]]
-    trials[7]["created_at"] = trials[6]["created_at"]
+    trials = db.trial_rows[study.id]
+    trials[7] = replace(trials[7], created_at=trials[6].created_at)
     gaps = median_gaps(db, [study])
     assert gaps.dispatch == 0.0  # one shard: no hand-on between hops
     assert (gaps.start, gaps.start_model) == (0.01, pytest.approx(0.45))  # not 0.3: 4 steps
     # two shards: each start adds its tune_step's message and its first hop's
-    hops = db.hop_rows[study["id"]]
+    hops = db.hop_rows[study.id]
     for trial in trials:
-        first = next(h for h in hops if h["trial_id"] == trial["id"])
-        hops.append({**first, "position": 1, "worker": "w1", "queued_at": first["finished_at"],
-                     "started_at": first["finished_at"] + timedelta(seconds=0.004),
-                     "finished_at": first["finished_at"] + timedelta(seconds=0.5)})
-    study["region_config"] = {**region, "shards": 2}
-    db.epoch = lambda trial_id, epoch: {"finished_at": None}  # type: ignore[method-assign]
+        first = next(h for h in hops if h.trial_id == trial.id)
+        hops.append(replace(first, position=1, worker="w1", queued_at=first.finished_at,
+                            started_at=first.finished_at + timedelta(seconds=0.004),
+                            finished_at=first.finished_at + timedelta(seconds=0.5)))
+    study = replace(study, region_config={**region, "shards": 2})
+    db.validation = False
     gaps = median_gaps(db, [study])
     assert gaps.dispatch == pytest.approx(0.004)
     assert gaps.start == pytest.approx(0.018) and gaps.start_model == pytest.approx(0.458)
@@ -130,11 +142,11 @@ def test_a_workers_turnaround_is_counted_where_its_next_hops_message_waited(regi
     space = parse_space(region["space"], "space")
     db = History()
     study = db.add(region, space.to_json(), None, [0.01, 0.01, 0.01])
-    hops = db.hop_rows[study["id"]]
+    hops = db.hop_rows[study.id]
     # the messages of hops 2 and 3 were waiting while hops 1 and 2 ran: their gaps count
-    hops[2]["queued_at"] = hops[1]["started_at"]
-    hops[3]["queued_at"] = hops[1]["finished_at"]
+    hops[2] = replace(hops[2], queued_at=hops[1].started_at)
+    hops[3] = replace(hops[3], queued_at=hops[1].finished_at)
     assert median_gaps(db, [study]).turnaround == pytest.approx(0.01)
-    hops[3]["started_at"] += timedelta(seconds=0.02)  # 0.03 s after hop 2
-    hops[3]["finished_at"] += timedelta(seconds=0.02)
+    hops[3] = replace(hops[3], started_at=hops[3].started_at + timedelta(seconds=0.02),
+                      finished_at=hops[3].finished_at + timedelta(seconds=0.02))  # 0.03 s
     assert median_gaps(db, [study]).turnaround == pytest.approx(0.02)

@@ -15,7 +15,7 @@ from hoptune.regions import ingest, load_config
 from hoptune.tasks import create_study, run_inline, tune_step
 from hoptune.tasks.cli._calibrate import CALIBRATION_TRIALS
 from hoptune.tasks.plan._plan import Planner, trial_sizes
-from hoptune.tuner import default_initial_points, parse_space
+from hoptune.tuner import HopRecords, default_initial_points, parse_space
 
 
 def hoptune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -31,7 +31,7 @@ def finished(make_config, rt, home):  # noqa: ANN001, ANN201 - the config path
     study = create_study(rt, region, manifest=manifest,
                          configs=[{"lr": 0.03}, {"lr": 0.01, "embedding_dim": 16}])
     run_inline(rt, tune_step(rt, study))
-    assert rt.db.study(study)["state"] == "done"
+    assert rt.db.study(study).state == "done"
     return path
 
 
@@ -61,9 +61,11 @@ def test_a_tuned_regions_hops_are_costed_at_its_trials_mean_size(finished, rt) -
     sizes = [{**region.params, **p} for p in trial_sizes(region)]
     assert len(sizes) == region.trials and len({p["embedding_dim"] for p in sizes}) > 1
     (inputs,) = Planner(rt, load_config(finished), ["north"]).inputs
-    expected = sum(parameter_count(study, p) for p in sizes) / len(sizes)
+    expected = sum(parameter_count(study.region_config, study.manifest, p)
+                   for p in sizes) / len(sizes)
     assert inputs.parameters == pytest.approx(expected, rel=1e-12)
-    assert inputs.parameters != parameter_count(study, region.params)  # not the defaults'
+    assert inputs.parameters != parameter_count(study.region_config, study.manifest,
+                                                region.params)  # not the defaults'
     assert inputs.batch_size == region.batch_size  # not in the space: every trial's
 
 
@@ -72,7 +74,7 @@ def test_a_plan_starts_the_model_s_proposals_after_the_warm_start_s_results(fini
     from hoptune.tasks.plan._plan import _studies
 
     parent = rt.db.latest_study("north", state="done")
-    told = [t for t in rt.db.trials(parent["id"]) if t["state"] in ("done", "pruned")]
+    told = [t for t in rt.db.trials(parent.id) if t.state in ("done", "pruned")]
     assert len(told) == 2  # each inside the space, with a finite metric
     planner = Planner(rt, load_config(finished), ["north"])
     (inputs,) = planner.inputs
@@ -82,7 +84,7 @@ def test_a_plan_starts_the_model_s_proposals_after_the_warm_start_s_results(fini
     (study,) = _studies(planner.inputs, 1.0)
     assert study.design_left == 4
     # the study itself ran the configurations it was given: it proposed nothing
-    assert parent["space"] is None
+    assert parent.space is None
     assert Planner.under_way(rt.db, [parent]).inputs[0].design_left is None
 
 
@@ -139,7 +141,7 @@ def test_a_nightly_run_logs_its_plan_and_warns_at_once_of_a_miss(
     assert rt.settings.nightly_deadline == parse_duration(deadline)
     config = load_config(finished)
     run_id, dispatches = start_nightly(rt, config, trigger="test")
-    with caplog.at_level("INFO", logger="hoptune.tasks.plan._plan"):
+    with caplog.at_level("INFO", logger="hoptune.tasks.plan._nightly"):
         plan = log_nightly_plan(rt, config, run_id, workers=1)
     rt.db.dispose()
     assert len(dispatches) == 1 and plan is not None
@@ -164,11 +166,11 @@ def test_a_nights_plan_is_made_from_what_was_known_before_it(finished, rt, caplo
     run_id, dispatches = start_nightly(rt, config, trigger="test")
     run_inline(rt, dispatches)
     study = rt.db.study(dispatches[0].kwargs["study"])
-    assert study["state"] == "done" and study["nightly_run_id"] == run_id
-    assert rt.db.hops(study_id=study["id"])  # hops the plan must not learn from
+    assert study.state == "done" and study.nightly_run_id == run_id
+    assert HopRecords(rt.db).all(study_id=study.id)  # hops the plan must not learn from
     assert log_nightly_plan(rt, config, run_id, workers=1) == before
     assert Planner(rt, config, ["north"]).plan(1) != before  # as they would change it
-    with caplog.at_level("INFO", logger="hoptune.tasks.plan._plan"):
+    with caplog.at_level("INFO", logger="hoptune.tasks.plan._nightly"):
         assert nightly_plan(rt, config, [], run_id=7) is None
     assert [r.getMessage() for r in caplog.records] == [
         "nightly run 7: no plan: no region started"]
@@ -211,28 +213,28 @@ def test_calibration_records_the_hop_costs_a_plan_needs_and_is_never_promoted(
                    "2", cwd=home)
     assert done.returncode == 0, done.stderr
     (study,) = rt.db.studies("north")
-    assert done.stdout == (f"north: calibration study {study['id']} recorded the hop costs of "
+    assert done.stdout == (f"north: calibration study {study.id} recorded the hop costs of "
                            "rating_mf\n")
-    assert (study["kind"], study["state"], study["epochs"]) == ("calibration", "done", 1)
-    assert study["promotion"] == {"promoted": False,
+    assert (study.kind, study.state, study.epochs) == ("calibration", "done", 1)
+    assert study.promotion == {"promoted": False,
                                   "reason": "a calibration study is never promoted"}
     assert not (home / "store" / "models" / "north").exists()
     # never a warm start nor the study a report shows
     assert rt.db.latest_study("north") is None
-    assert rt.db.latest_study("north", kind=None)["id"] == study["id"]
+    assert rt.db.latest_study("north", kind=None).id == study.id
     # its trials spread over the space (a stratum of each dimension per trial): the
     # optimizer's initial design, the trials the planner costs a study's hops by
-    trials = rt.db.trials(study["id"])
+    trials = rt.db.trials(study.id)
     n = CALIBRATION_TRIALS
-    assert len(trials) == n and {t["state"] for t in trials} == {"done"}
-    assert len({t["params"]["lr"] for t in trials}) == n
-    assert len({t["params"]["embedding_dim"] for t in trials}) > 1
+    assert len(trials) == n and {t.state for t in trials} == {"done"}
+    assert len({t.params["lr"] for t in trials}) == n
+    assert len({t.params["embedding_dim"] for t in trials}) > 1
     region = load_config(path).region("north")
     design = default_initial_points(parse_space(region.space, "space"))  # before the model
-    assert [{k: t["params"][k] for k in region.space} for t in trials[:design]] == \
+    assert [{k: t.params[k] for k in region.space} for t in trials[:design]] == \
         trial_sizes(region, design)
-    assert rt.db.hops_done(study["id"]) == n * 2
-    seconds = [h["train_seconds"] for h in rt.db.hops(study_id=study["id"])]
+    assert HopRecords(rt.db).done_count(study.id) == n * 2
+    seconds = [h.train_seconds for h in HopRecords(rt.db).all(study_id=study.id)]
     assert len(set(seconds)) == len(seconds) == n * 2  # every hop a pass of its own
 
     planned = hoptune("--config", str(path), "plan", "north", "--workers", "2", "--json",

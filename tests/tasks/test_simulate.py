@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from hoptune import tuner
-from hoptune.tasks.hop import _visit_order, _workflow
+from hoptune.tasks.hop import _visit_order
 from hoptune.tasks.plan._simulate import SimStudy, assign_shards, hop_seconds_from, simulate
+from hoptune.tasks.study import _workflow
 from hoptune.tuner import AshaPruner, CostKey, HopCost
 
 
@@ -81,12 +82,14 @@ def test_hops_last_as_the_fitted_cost_says() -> None:
 
 def test_the_simulator_runs_the_clusters_own_policies(monkeypatch) -> None:
     # the functions spied on are the very ones the cluster's workflow and database call
-    from hoptune.tuner import _studydb
+    from hoptune.tasks import hop
+    from hoptune.tuner import _hop_records
 
-    assert _workflow.choose_visit_order is _visit_order.choose_visit_order
+    assert _workflow.choose_visit_order is _visit_order.choose_visit_order \
+        is hop.choose_visit_order
     assert _workflow.first_shards is tuner.first_shards
-    assert _studydb.next_shard is tuner.next_shard
-    assert _studydb.placed_order is tuner.placed_order
+    assert _hop_records.next_shard is tuner.next_shard
+    assert _hop_records.placed_order is tuner.placed_order
     calls: dict[str, int] = {}
 
     def spy(name: str, original):  # noqa: ANN001, ANN202
@@ -95,8 +98,7 @@ def test_the_simulator_runs_the_clusters_own_policies(monkeypatch) -> None:
             return original(*args, **kwargs)
         return wrapped
 
-    monkeypatch.setattr(_visit_order, "choose_visit_order",
-                        spy("visit", _visit_order.choose_visit_order))
+    monkeypatch.setattr(hop, "choose_visit_order", spy("visit", hop.choose_visit_order))
     for name in ("first_shards", "next_shard", "placed_order"):
         monkeypatch.setattr(tuner, name, spy(name, getattr(tuner, name)))
     monkeypatch.setattr(AshaPruner, "should_prune", spy("prune", AshaPruner.should_prune))
@@ -200,7 +202,7 @@ def test_trials_better_and_better_are_never_pruned() -> None:
 
 
 def test_which_trials_a_rung_keeps_depends_on_the_draw_and_a_plan_averages_draws() -> None:
-    from hoptune.tasks.plan._plan import DRAWS, mean_result
+    from hoptune.tasks.plan._synthetic import DRAWS, mean_result
 
     pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=3)
     study = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=16, parallel=2,
@@ -218,7 +220,7 @@ def test_which_trials_a_rung_keeps_depends_on_the_draw_and_a_plan_averages_draws
 
 def test_the_metrics_trend_is_fitted_on_the_recorded_studies_own_shapes() -> None:
     from hoptune.tasks.plan._history import Shape
-    from hoptune.tasks.plan._plan import _pruned_share, _trend
+    from hoptune.tasks.plan._synthetic import _pruned_share, _trend
 
     eight, sixteen = Shape(8, 2, 3, 2, 2, 1), Shape(16, 2, 3, 2, 2, 1)
     assert _trend([]) == 0.0

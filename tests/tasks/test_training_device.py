@@ -16,13 +16,12 @@ from hoptune.core import Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import (
     Runtime,
-    _hop,
-    _training,
     checkpoint_key,
     create_study,
     load_checkpoint,
     replay_trial,
 )
+from hoptune.tasks.hop import _hop, _training
 from hoptune.tasks.study._inline import run_inline
 from hoptune.tasks.study._workflow import tune_step
 
@@ -70,7 +69,7 @@ def test_a_hop_trains_on_the_workers_device(device: str, make_config, home, monk
         study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.02}])
         run_inline(rt, tune_step(rt, study))
         (trial,) = rt.db.trials(study)
-        assert trial["state"] == "done" and trial["last_metric"] is not None
+        assert trial.state == "done" and trial.last_metric is not None
         assert spy.passes == 4  # 2 epochs x 2 shards, the later ones from a checkpoint
         expected = str(torch.device(device))
         assert spy.devices == {name: {expected} for name in spy.devices}
@@ -79,8 +78,8 @@ def test_a_hop_trains_on_the_workers_device(device: str, make_config, home, monk
             assert {str(t.device) for t in cached.values()} == {expected}
         assert {part for _, _, part in rt.cached()} == {"0", "1", "validation"}
         # replaying the recorded hops in one process on the same device is bitwise the same
-        replayed = replay_trial(rt, trial["id"])
-        final = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], 1, 1),
+        replayed = replay_trial(rt, trial.id)
+        final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1),
                                 rt.device).model
         for name in final:
             assert torch.equal(replayed[name], final[name]), name

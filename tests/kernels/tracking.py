@@ -1,5 +1,8 @@
 """The error model over many steps: how far two optimizers' states may drift apart.
 
+A test helper (``from tests.kernels.tracking import BoundTracker``), not part of the
+package: the kernels tests compare a fused optimizer with its reference through it.
+
 Two optimizers ("ours" and "theirs") update the same parameters, each its own
 copy, step by step. Each step the tracker runs the one-step analysis of the
 update (``adamw_bound`` or ``sgd_bound``) on theirs' inputs, with ours' inputs
@@ -25,9 +28,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from hoptune.kernels._adamw import FusedAdamW
-from hoptune.kernels._bounds import adamw_bound, sgd_bound
-from hoptune.kernels._sgd import FusedSGD
+from hoptune.kernels import FusedAdamW, FusedSGD, adamw_bound, sgd_bound
 from hoptune.kernels.reference import AdamWScalars, SGDScalars
 
 __all__ = ["BoundTracker"]
