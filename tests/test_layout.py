@@ -153,3 +153,32 @@ def test_no_import_runs_up_a_floor(module: str) -> None:
     floor = FLOORS.index(_package_of(module))
     up = sorted(t for t in GRAPH[module] if FLOORS.index(_package_of(t)) > floor)
     assert up == [], f"{module} imports from a higher floor: {up}"
+
+
+@pytest.mark.parametrize("package", sorted(p for p in PACKAGES if p.startswith("hoptune")))
+def test_every_public_name_of_a_package_resolves(package: str) -> None:
+    """A lazy ``__init__`` maps each name to a module: a name the table lacks, or a module
+    that no longer defines it, fails here rather than in a worker's task."""
+    import importlib
+
+    module = importlib.import_module(package)
+    missing = [name for name in getattr(module, "__all__", [])
+               if not hasattr(module, name)]
+    assert missing == []
+
+
+def test_every_name_imported_from_a_package_is_one_it_exports() -> None:
+    """``from hoptune.tasks.study import x`` inside a function runs only when a task does:
+    every such name must be in the package's ``__all__``, checked here without running it."""
+    import importlib
+
+    exported = {p: set(getattr(importlib.import_module(p), "__all__", []))
+                for p in PACKAGES if p.startswith("hoptune")}
+    bad = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in exported and not node.level:
+                bad += [f"{module}: {node.module}.{a.name}" for a in node.names
+                        if a.name not in exported[node.module]
+                        and f"{node.module}.{a.name}" not in MODULES]
+    assert bad == []

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hoptune.core import HoptuneError, Store, StoreError, StudyError
+from hoptune.tuner._hop_records import HopRecords
 from hoptune.tuner._plots import (
     Bar,
     Card,
@@ -32,6 +33,7 @@ from hoptune.tuner._plots import (
     plot_params,
 )
 from hoptune.tuner._registry import champion_version, versions
+from hoptune.tuner._rows import EpochRow, HopRow, StudyRow, TrialRow
 from hoptune.tuner._schema import TRIAL_STATES, utcnow
 from hoptune.tuner._studydb import StudyDB
 
@@ -56,27 +58,27 @@ def write_report(db: StudyDB, store: Store, region: str, out: Path,
     """
     study = _pick_study(db, region, study_id)
     now = utcnow()
-    trial_rows = db.trials(study["id"])
-    curves = {t["id"]: db.epochs(t["id"]) for t in trial_rows}
-    hops = db.hops(study_id=study["id"])
+    trial_rows = db.trials(study.id)
+    curves = {t.id: db.epochs(t.id) for t in trial_rows}
+    hops = HopRecords(db).all(study_id=study.id)
     metric_name = _metric_name(study)
-    minimize = bool(study["minimize"])
-    results = [_result(t, curves[t["id"]], minimize) for t in trial_rows]
-    number_of = {t["id"]: t["number"] for t in trial_rows}
-    best = next((t for t in trial_rows if t["id"] == study["best_trial_id"]), None)
-    live = {t["id"] for t in trial_rows if t["state"] == "running"} \
-        if study["state"] == "running" else set()
+    minimize = bool(study.minimize)
+    results = [_result(t, curves[t.id], minimize) for t in trial_rows]
+    number_of = {t.id: t.number for t in trial_rows}
+    best = next((t for t in trial_rows if t.id == study.best_trial_id), None)
+    live = {t.id for t in trial_rows if t.state == "running"} \
+        if study.state == "running" else set()
     bars, loads, span = _gantt_data(hops, number_of, live, now)
     cards, current = read_champions(store, region)
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     plot_history(out / PLOTS["history"], results, metric_name=metric_name, minimize=minimize,
-                 best_number=best["number"] if best else None)
-    plot_params(out / PLOTS["params"], results, _dims(study["space"], trial_rows),
+                 best_number=best.number if best else None)
+    plot_params(out / PLOTS["params"], results, _dims(study.space, trial_rows),
                 metric_name=metric_name, minimize=minimize)
     plot_learning_curves(out / PLOTS["curves"], results, metric_name=metric_name,
-                         minimize=minimize, epochs=study["epochs"])
+                         minimize=minimize, epochs=study.epochs)
     plot_gantt(out / PLOTS["gantt"], bars, loads)
     plot_champions(out / PLOTS["champions"], cards, region=region, metric_name=metric_name,
                    minimize=minimize, now=now)
@@ -89,28 +91,28 @@ def write_report(db: StudyDB, store: Store, region: str, out: Path,
     return index
 
 
-def _pick_study(db: StudyDB, region: str, study_id: int | None) -> dict[str, Any]:
+def _pick_study(db: StudyDB, region: str, study_id: int | None) -> StudyRow:
     if study_id is None:
         study = db.latest_study(region)
         if study is None:
             raise StudyError(f"region {region!r} has no study yet: run `hoptune tune {region}`")
         return study
     study = db.study(study_id)
-    if study["region"] != region:
-        raise StudyError(f"study {study_id} is of region {study['region']!r}, not {region!r}")
+    if study.region != region:
+        raise StudyError(f"study {study_id} is of region {study.region!r}, not {region!r}")
     return study
 
 
-def _metric_name(study: dict[str, Any]) -> str:
+def _metric_name(study: StudyRow) -> str:
     """The family's metric name; "metric" if the stored region no longer loads here."""
     from hoptune.regions import RegionConfig, get_family
 
     try:
-        family = get_family(RegionConfig.model_validate(study["region_config"]))
-        meta = (study.get("manifest") or {}).get("meta")
+        family = get_family(RegionConfig.model_validate(study.region_config))
+        meta = (study.manifest or {}).get("meta")
         if meta is None:
             return family.metric_name
-        return family.scoring(meta, study["region_config"].get("params", {}))[0]
+        return family.scoring(meta, study.region_config.get("params", {}))[0]
     except (HoptuneError, ValueError):
         return "metric"
 
@@ -119,17 +121,17 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
-def _result(trial: dict[str, Any], epochs: list[dict[str, Any]], minimize: bool) -> TrialResult:
+def _result(trial: TrialRow, epochs: list[EpochRow], minimize: bool) -> TrialResult:
     """The trial's finite epoch metrics and the best of them (NaN epochs are skipped)."""
-    curve = tuple((e["epoch"] + 1, float(e["metric"])) for e in epochs if _finite(e["metric"]))
+    curve = tuple((e.epoch + 1, float(e.metric)) for e in epochs if _finite(e.metric))
     if curve:
         metric: float | None = (min if minimize else max)(m for _, m in curve)
     else:
-        metric = trial["best_metric"] if _finite(trial["best_metric"]) else None
-    return TrialResult(trial["number"], trial["state"], dict(trial["params"]), metric, curve)
+        metric = trial.best_metric if _finite(trial.best_metric) else None
+    return TrialResult(trial.number, trial.state, dict(trial.params), metric, curve)
 
 
-def _dims(space: dict[str, Any] | None, trials: list[dict[str, Any]]) -> list[Dim]:
+def _dims(space: dict[str, Any] | None, trials: list[TrialRow]) -> list[Dim]:
     """The search space's dimensions; for a fixed study, the params that vary across trials."""
     if space:
         dims = []
@@ -142,9 +144,9 @@ def _dims(space: dict[str, Any] | None, trials: list[dict[str, Any]]) -> list[Di
                 dims.append(Dim(name, log=spec.get("prior") == "log", bounds=bounds))
         return dims
     dims = []
-    names = sorted({k for t in trials for k in t["params"]})
+    names = sorted({k for t in trials for k in t.params})
     for name in names:
-        values = [t["params"][name] for t in trials if name in t["params"]]
+        values = [t.params[name] for t in trials if name in t.params]
         distinct = list(dict.fromkeys(json.dumps(v, sort_keys=True) for v in values))
         if len(distinct) < 2:
             continue
@@ -157,8 +159,8 @@ def _dims(space: dict[str, Any] | None, trials: list[dict[str, Any]]) -> list[Di
     return dims
 
 
-def _intervals(hops: Sequence[dict[str, Any]], live: set[int], now: datetime
-               ) -> list[tuple[dict[str, Any], datetime, datetime, bool]]:
+def _intervals(hops: Sequence[HopRow], live: set[int], now: datetime
+               ) -> list[tuple[HopRow, datetime, datetime, bool]]:
     """(hop, start, end, still running) of every hop drawn and counted.
 
     Finished hops count, and so do the started hops of the ``live`` trials
@@ -167,16 +169,16 @@ def _intervals(hops: Sequence[dict[str, Any]], live: set[int], now: datetime
     """
     out = []
     for hop in hops:
-        if hop["started_at"] is None or hop["worker"] is None:
+        if hop.started_at is None or hop.worker is None:
             continue
-        if hop["finished_at"] is not None and hop["state"] == "done":
-            out.append((hop, hop["started_at"], hop["finished_at"], False))
-        elif hop["state"] == "running" and hop["trial_id"] in live:
-            out.append((hop, hop["started_at"], max(now, hop["started_at"]), True))
+        if hop.finished_at is not None and hop.state == "done":
+            out.append((hop, hop.started_at, hop.finished_at, False))
+        elif hop.state == "running" and hop.trial_id in live:
+            out.append((hop, hop.started_at, max(now, hop.started_at), True))
     return out
 
 
-def _loads(intervals: list[tuple[dict[str, Any], datetime, datetime, bool]]
+def _loads(intervals: list[tuple[HopRow, datetime, datetime, bool]]
            ) -> tuple[list[WorkerLoad], float]:
     """Each worker's busy share of the hop span (first hop start to last hop end), and the span."""
     if not intervals:
@@ -185,21 +187,21 @@ def _loads(intervals: list[tuple[dict[str, Any], datetime, datetime, bool]]
     span = (max(end for _, _, end, _ in intervals) - origin).total_seconds()
     busy: dict[str, list[float]] = {}
     for hop, start, end, _ in intervals:
-        busy.setdefault(hop["worker"], []).append((end - start).total_seconds())
+        busy.setdefault(hop.worker, []).append((end - start).total_seconds())
     loads = [WorkerLoad(w, len(d), sum(d), sum(d) / span if span > 0 else 1.0)
              for w, d in sorted(busy.items(), key=lambda item: _natural(item[0]))]
     return loads, span
 
 
-def _gantt_data(hops: Sequence[dict[str, Any]], number_of: dict[int, int], live: set[int],
+def _gantt_data(hops: Sequence[HopRow], number_of: dict[int, int], live: set[int],
                 now: datetime) -> tuple[list[Bar], list[WorkerLoad], float]:
     intervals = _intervals(hops, live, now)
     loads, span = _loads(intervals)
     if not intervals:
         return [], loads, span
     origin = min(start for _, start, _, _ in intervals)
-    bars = [Bar(hop["worker"], (start - origin).total_seconds(), (end - origin).total_seconds(),
-                number_of[hop["trial_id"]], hop["shard"], running)
+    bars = [Bar(hop.worker, (start - origin).total_seconds(), (end - origin).total_seconds(),
+                number_of[hop.trial_id], hop.shard, running)
             for hop, start, end, running in intervals]
     return bars, loads, span
 
@@ -296,26 +298,26 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
 
 
-def _page(study: dict[str, Any], trials: list[dict[str, Any]], results: list[TrialResult],
-          best: dict[str, Any] | None, hops: list[dict[str, Any]], loads: list[WorkerLoad],
+def _page(study: StudyRow, trials: list[TrialRow], results: list[TrialResult],
+          best: TrialRow | None, hops: list[HopRow], loads: list[WorkerLoad],
           span: float, cards: list[Card], current: str | None, metric_name: str,
           now: datetime) -> str:
-    region = study["region"]
-    counts = {s: sum(t["state"] == s for t in trials) for s in TRIAL_STATES}
-    done_hops = sum(h["state"] == "done" for h in hops)
-    redelivered = sum(max(h["deliveries"] - 1, 0) for h in hops)
-    interrupted = sum(h["interrupted"] for h in hops)
-    direction = "minimize" if study["minimize"] else "maximize"
+    region = study.region
+    counts = {s: sum(t.state == s for t in trials) for s in TRIAL_STATES}
+    done_hops = sum(h.state == "done" for h in hops)
+    redelivered = sum(max(h.deliveries - 1, 0) for h in hops)
+    interrupted = sum(h.interrupted for h in hops)
+    direction = "minimize" if study.minimize else "maximize"
     summary = [
-        ("region", region), ("study", study["id"]), ("state", study["state"]),
-        ("created", study["created_at"]), ("finished", study["finished_at"]),
-        ("budget", f"{study['budget']} trials, {study['parallel']} at a time, "
-                   f"up to {study['epochs']} epochs"),
+        ("region", region), ("study", study.id), ("state", study.state),
+        ("created", study.created_at), ("finished", study.finished_at),
+        ("budget", f"{study.budget} trials, {study.parallel} at a time, "
+                   f"up to {study.epochs} epochs"),
         ("trials by state", ", ".join(f"{s} {counts[s]}" for s in TRIAL_STATES)),
         ("metric", f"validation {metric_name} ({direction})"),
-        ("best trial", best["number"] if best else None),
-        (f"best {metric_name}", best["best_metric"] if best else None),
-        ("best params", best["params"] if best else None),
+        ("best trial", best.number if best else None),
+        (f"best {metric_name}", best.best_metric if best else None),
+        ("best params", best.params if best else None),
         ("wall time (first hop start to last hop end)", _duration(span) if loads else None),
         ("hops", f"{done_hops} done of {len(hops)}; {redelivered} redelivered, "
                  f"{interrupted} interrupted"),
@@ -324,15 +326,15 @@ def _page(study: dict[str, Any], trials: list[dict[str, Any]], results: list[Tri
     summary.append(("region's champion", "none yet" if champion is None else
                     f"{champion.version}: {metric_name} {_fmt(champion.metric)}, "
                     f"from study {_fmt(champion.study_id)}"))
-    if study["parent_id"] is not None:
-        summary.append(("warm-started from study", study["parent_id"]))
-    if study["failure"]:
-        summary.append(("failure", study["failure"]))
+    if study.parent_id is not None:
+        summary.append(("warm-started from study", study.parent_id))
+    if study.failure:
+        summary.append(("failure", study.failure))
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>hoptune report: {_e(region)}, study {_e(study['id'])}</title>",
+        f"<title>hoptune report: {_e(region)}, study {_e(study.id)}</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>Region {_e(region)}, study {_e(study['id'])}</h1>",
+        f"<h1>Region {_e(region)}, study {_e(study.id)}</h1>",
         f'<p class="note">Report written {_e(_fmt(now))}.</p>',
         "<h2>Summary</h2>",
         "<table><tbody>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>"
@@ -349,8 +351,8 @@ def _page(study: dict[str, Any], trials: list[dict[str, Any]], results: list[Tri
         "<h2>Trials</h2>",
         _table(["trial", "state", "params", "epochs", f"last {metric_name}",
                 f"best {metric_name}", "failure"],
-               [(t["number"], t["state"], t["params"], t["epochs_done"], t["last_metric"],
-                 t["best_metric"], t["failure"]) for t in trials], numeric=(0, 3, 4, 5)),
+               [(t.number, t.state, t.params, t.epochs_done, t.last_metric,
+                 t.best_metric, t.failure) for t in trials], numeric=(0, 3, 4, 5)),
         "<h2>Workers</h2>",
         _workers(loads, span),
         _img("gantt", "hops per worker over time"),
@@ -362,11 +364,11 @@ def _page(study: dict[str, Any], trials: list[dict[str, Any]], results: list[Tri
     return "\n".join(parts) + "\n"
 
 
-def _failed(trials: list[dict[str, Any]]) -> str:
-    failed = [t for t in trials if t["state"] == "failed"]
+def _failed(trials: list[TrialRow]) -> str:
+    failed = [t for t in trials if t.state == "failed"]
     if not failed:
         return ""
-    items = "".join(f"<li>trial {_e(t['number'])}: {_e(t['failure'] or 'no reason recorded')}"
+    items = "".join(f"<li>trial {_e(t.number)}: {_e(t.failure or 'no reason recorded')}"
                     "</li>" for t in failed)
     return f"<p>Failed trials:</p><ul>{items}</ul>"
 

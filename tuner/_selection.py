@@ -27,23 +27,25 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["selected_epoch", "told", "trial_metric"]
+from hoptune.tuner._rows import EpochRow, TrialRow
+
+__all__ = ["best_trial", "selected_epoch", "told", "trial_metric"]
 
 
 def _finite(value: Any) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def trial_metric(trial: dict[str, Any], select: str) -> float | None:
+def trial_metric(trial: TrialRow, select: str) -> float | None:
     """The trial's metric under ``select``: its best epoch's, or its last epoch's."""
-    value = trial["best_metric"] if select == "best" else trial["last_metric"]
+    value = trial.best_metric if select == "best" else trial.last_metric
     return float(value) if _finite(value) else None
 
 
-def selected_epoch(epochs: Iterable[dict[str, Any]], minimize: bool, select: str
+def selected_epoch(epochs: Iterable[EpochRow], minimize: bool, select: str
                    ) -> tuple[int, float] | None:
     """(epoch, metric) of the epoch whose weights count, or None if none has a metric."""
-    scored = [(e["epoch"], float(e["metric"])) for e in epochs if _finite(e["metric"])]
+    scored = [(e.epoch, float(e.metric)) for e in epochs if _finite(e.metric)]
     if not scored:
         return None
     if select == "last":
@@ -53,7 +55,7 @@ def selected_epoch(epochs: Iterable[dict[str, Any]], minimize: bool, select: str
     return next((epoch, value) for epoch, value in scored if value == best)
 
 
-def told(trials: list[dict[str, Any]], names: Iterable[str], *, minimize: bool, select: str
+def told(trials: list[TrialRow], names: Iterable[str], *, minimize: bool, select: str
          ) -> list[tuple[dict[str, Any], float]]:
     """(params over ``names``, value) for each finished or pruned trial with a metric.
 
@@ -62,9 +64,25 @@ def told(trials: list[dict[str, Any]], names: Iterable[str], *, minimize: bool, 
     """
     names = list(names)
     worse = max if minimize else min
-    scored = [(t, trial_metric(t, select)) for t in trials if t["state"] in ("done", "pruned")]
+    scored = [(t, trial_metric(t, select)) for t in trials if t.state in ("done", "pruned")]
     scored = [(t, v) for t, v in scored if v is not None]
-    floor = worse((v for t, v in scored if t["state"] == "done"), default=None)
-    return [({k: t["params"][k] for k in names},
-             v if t["state"] == "done" or floor is None else worse(v, floor))
+    floor = worse((v for t, v in scored if t.state == "done"), default=None)
+    return [({k: t.params[k] for k in names},
+             v if t.state == "done" or floor is None else worse(v, floor))
             for t, v in scored]
+
+
+def best_trial(trials: list[TrialRow], minimize: bool, select: str = "best"
+               ) -> TrialRow | None:
+    """The best trial of a study: the one rule behind promotion, status, the report and serving.
+
+    The best finished trial (pruned ones only if none finished), by its metric under
+    ``select``: its best epoch's (the weights promotion takes) or its last epoch's.
+    Running, pending and failed trials never count.
+    """
+    scored = [t for t in trials if t.state in ("done", "pruned")
+              and trial_metric(t, select) is not None]
+    finished = [t for t in scored if t.state == "done"] or scored
+    if not finished:
+        return None
+    return (min if minimize else max)(finished, key=lambda t: trial_metric(t, select))

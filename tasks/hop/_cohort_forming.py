@@ -72,7 +72,7 @@ def form_cohorts(rt: Runtime, dispatches: list[Dispatch], *,
             out.append(d)
             continue
         key = cohort_of(region, params[k["trial"]] if k["trial"] in params
-                        else rt.db.trial(k["trial"])["params"])
+                        else rt.db.trial(k["trial"]).params)
         if key is None:
             out.append(d)
             continue

@@ -34,9 +34,8 @@ import torch
 
 from hoptune.regions import Unfusable, cohort_key, get_family, log_unfused
 from hoptune.tasks.hop._cohort_pass import Member, train_cohort_pass
+from hoptune.tasks.hop._delivery import Claimed, HopReport
 from hoptune.tasks.hop._hop import (
-    Claimed,
-    HopReport,
     claim,
     finish,
     release,
@@ -50,6 +49,7 @@ from hoptune.tasks.worker import (
     checkpoint_key,
     study_manifest,
 )
+from hoptune.tuner import HopRecords
 
 __all__ = ["run_cohort_hop"]
 
@@ -88,7 +88,7 @@ def run_cohort_hop(rt: Runtime, trial_ids: Sequence[int], epochs: Sequence[int],
         raise
 
     def take(rt_: Runtime, c: Claimed, manifest: dict[str, Any], key: str) -> torch.nn.Module:
-        outcome = outcomes.get(c.trial["id"])
+        outcome = outcomes.get(c.trial.id)
         if outcome is None:  # its stored output was unreadable: it trains alone after all
             return train_alone(rt_, c, manifest, key)
         if isinstance(outcome, BaseException):
@@ -97,7 +97,7 @@ def run_cohort_hop(rt: Runtime, trial_ids: Sequence[int], epochs: Sequence[int],
 
     place: int | None = None
     for i, c in enumerate(claims):
-        c.place, c.in_pass = place, c.trial["id"] in outcomes
+        c.place, c.in_pass = place, c.trial.id in outcomes
         try:
             reports.append(finish(rt, c, on_progress, take))
         except BaseException:
@@ -105,9 +105,9 @@ def run_cohort_hop(rt: Runtime, trial_ids: Sequence[int], epochs: Sequence[int],
                 if rest.claim == "claimed":
                     release(rt, rest)
             raise
-        if place is None and position + 1 < len(c.record["visit_order"]):
-            following = rt.db.hop(c.trial["id"], c.report.epoch, position + 1)
-            place = following["shard"] if following is not None else None
+        if place is None and position + 1 < len(c.record.visit_order):
+            following = HopRecords(rt.db).get(c.trial.id, c.report.epoch, position + 1)
+            place = following.shard if following is not None else None
     return reports
 
 
@@ -116,7 +116,7 @@ def _train_members(rt: Runtime, claims: list[Claimed], position: int, shard: int
     """Train, in one pass per cohort key, every claimed member whose output does not exist;
     save each one's checkpoint. Returns each trained member's outcome by trial id."""
     todo = [c for c in claims if c.claim == "claimed" and not rt.store.exists(
-        checkpoint_key(c.study["id"], c.trial["id"], c.report.epoch, position))]
+        checkpoint_key(c.study.id, c.trial.id, c.report.epoch, position))]
     outcomes: dict[int, _Outcome] = {}
     if not todo:
         return outcomes
@@ -130,14 +130,14 @@ def _train_members(rt: Runtime, claims: list[Claimed], position: int, shard: int
         except TRANSIENT:
             raise
         except Exception as exc:  # noqa: BLE001 - its own hop records it (rewind, failure)
-            outcomes[c.trial["id"]] = exc
+            outcomes[c.trial.id] = exc
             continue
         c.report.load_seconds = time.perf_counter() - started
-        key = cohort_key(family, c.trial["params"])
+        key = cohort_key(family, c.trial.params)
         if isinstance(key, Unfusable):
             log_unfused(family, key)
         cohorts.setdefault(repr(key), []).append(
-            (c, Member(c.trial["seed"], c.trial["params"], model, optimizer)))
+            (c, Member(c.trial.seed, c.trial.params, model, optimizer)))
     if not cohorts:
         return outcomes
     started = time.perf_counter()
@@ -153,17 +153,17 @@ def _train_members(rt: Runtime, claims: list[Claimed], position: int, shard: int
             raise
         except Exception as exc:  # noqa: BLE001 - each member's hop records the failure
             for c, _ in group:
-                outcomes[c.trial["id"]] = exc
+                outcomes[c.trial.id] = exc
             continue
         for (c, member), trained in zip(group, passes, strict=True):
             c.report.load_seconds += loading
-            key = checkpoint_key(c.study["id"], c.trial["id"], c.report.epoch, position)
+            key = checkpoint_key(c.study.id, c.trial.id, c.report.epoch, position)
             try:
                 save(rt, c, key, member.model, member.optimizer, trained)
             except TRANSIENT:
                 raise
             except Exception as exc:  # noqa: BLE001 - its own hop records it
-                outcomes[c.trial["id"]] = exc
+                outcomes[c.trial.id] = exc
                 continue
-            outcomes[c.trial["id"]] = member.model
+            outcomes[c.trial.id] = member.model
     return outcomes

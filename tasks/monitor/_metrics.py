@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -42,7 +42,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from hoptune.core import Settings
 from hoptune.tasks.plan import Forecast, ForecastCache, forecast
 from hoptune.tasks.worker import hop_queue, live_after
-from hoptune.tuner import StudyDB, WorkerRecords, utcnow
+from hoptune.tuner import HopRecords, HopRow, StudyDB, StudyRow, WorkerRecords, utcnow
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -55,7 +55,7 @@ FORECAST_EVERY_SECONDS = 30.0
 TRIAL_STATES = ("pending", "running", "done", "pruned", "failed")
 
 
-def busy_shares(hops: list[dict[str, Any]], now: datetime, window: float
+def busy_shares(hops: list[HopRow], now: datetime, window: float
                 ) -> dict[str, float]:
     """Each worker's share of the last ``window`` seconds spent holding a hop.
 
@@ -66,16 +66,16 @@ def busy_shares(hops: list[dict[str, Any]], now: datetime, window: float
     start = now - timedelta(seconds=window)
     spans: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
     for hop in hops:
-        if hop["worker"] is None or hop["started_at"] is None:
+        if hop.worker is None or hop.started_at is None:
             continue
-        if hop["state"] not in ("running", "done"):
+        if hop.state not in ("running", "done"):
             continue
-        end = hop["finished_at"] if hop["state"] == "done" else now
+        end = hop.finished_at if hop.state == "done" else now
         if end is None:
             continue
-        lo, hi = max(hop["started_at"], start), min(end, now)
+        lo, hi = max(hop.started_at, start), min(end, now)
         if hi > lo:
-            spans[hop["worker"]].append((lo, hi))
+            spans[hop.worker].append((lo, hi))
     shares = {}
     for worker, parts in spans.items():
         parts.sort()
@@ -104,14 +104,14 @@ class ClusterCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = utcnow()
         studies = self.db.studies()
-        latest: dict[str, dict[str, Any]] = {}
+        latest: dict[str, StudyRow] = {}
         for study in studies:
-            if study["region"] not in latest or study["id"] > latest[study["region"]]["id"]:
-                latest[study["region"]] = study
-        running = [s for s in studies if s["state"] == "running"]
-        hops = [h for s in running for h in self.db.hops(study_id=s["id"])]
-        regions = {s["id"]: s["region"] for s in running}
-        trial_study = {t["id"]: t["study_id"] for s in running for t in self.db.trials(s["id"])}
+            if study.region not in latest or study.id > latest[study.region].id:
+                latest[study.region] = study
+        running = [s for s in studies if s.state == "running"]
+        hops = [h for s in running for h in HopRecords(self.db).all(study_id=s.id)]
+        regions = {s.id: s.region for s in running}
+        trial_study = {t.id: t.study_id for s in running for t in self.db.trials(s.id)}
 
         depth = GaugeMetricFamily("hoptune_queue_depth", "messages waiting in a shard queue",
                                   labels=["queue", "region", "shard"])
@@ -121,13 +121,13 @@ class ClusterCollector(Collector):
         waited: dict[tuple[str, int], float] = defaultdict(float)
         running_hops: dict[str, int] = defaultdict(int)
         for hop in hops:
-            region = regions[trial_study[hop["trial_id"]]]
-            if hop["state"] == "queued":
-                age = (now - hop["queued_at"]).total_seconds()
-                waited[region, hop["shard"]] = max(waited[region, hop["shard"]], age)
-            elif hop["state"] == "running":
+            region = regions[trial_study[hop.trial_id]]
+            if hop.state == "queued":
+                age = (now - hop.queued_at).total_seconds()
+                waited[region, hop.shard] = max(waited[region, hop.shard], age)
+            elif hop.state == "running":
                 running_hops[region] += 1
-        shards = {**self.shards, **{s["region"]: int(s["region_config"]["shards"])
+        shards = {**self.shards, **{s.region: int(s.region_config["shards"])
                                     for s in running}}
         for region, count in sorted(shards.items()):
             for shard in range(count):
@@ -147,7 +147,7 @@ class ClusterCollector(Collector):
 
         records = WorkerRecords(self.db)
         live = records.live(live_after())
-        recent = self.db.hops_since(now - timedelta(seconds=self.window))
+        recent = HopRecords(self.db).since(now - timedelta(seconds=self.window))
         shares = busy_shares(recent, now, self.window)
         busy = GaugeMetricFamily("hoptune_worker_busy_share",
                                  f"share of the last {self.window:.0f} s a worker held hops",
@@ -168,7 +168,7 @@ class ClusterCollector(Collector):
         trials = GaugeMetricFamily("hoptune_trials", "trials of a region's latest study by state",
                                    labels=["region", "state"])
         for region, study in sorted(latest.items()):
-            counts = self.db.counts(study["id"])
+            counts = self.db.counts(study.id)
             for state in TRIAL_STATES:
                 trials.add_metric([region, state], float(counts.get(state, 0)))
         yield trials

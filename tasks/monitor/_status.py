@@ -13,7 +13,7 @@ from typing import Any
 
 from hoptune.core import Settings
 from hoptune.tasks.worker import live_after, liveness_seconds
-from hoptune.tuner import StudyDB, WorkerRecords, utcnow
+from hoptune.tuner import HopRecords, StudyDB, WorkerRecords, utcnow
 
 __all__ = ["health_sections"]
 
@@ -24,23 +24,23 @@ def health_sections(db: StudyDB, settings: Settings, regions: list[str]
     out = []
     failures = []
     for study in db.studies():
-        if regions and study["region"] not in regions:
+        if regions and study.region not in regions:
             continue
-        for trial in db.trials(study["id"]):
-            if trial["state"] == "failed":
-                failures.append({"region": study["region"], "study": study["id"],
-                                 "trial": trial["number"], "reason": trial["failure"]})
-        promotion = study["promotion"] or {}
+        for trial in db.trials(study.id):
+            if trial.state == "failed":
+                failures.append({"region": study.region, "study": study.id,
+                                 "trial": trial.number, "reason": trial.failure})
+        promotion = study.promotion or {}
         if promotion.get("failed"):
-            failures.append({"region": study["region"], "study": study["id"], "trial": "-",
+            failures.append({"region": study.region, "study": study.id, "trial": "-",
                              "reason": f"promotion failed: {promotion['reason']}"})
-        if study["state"] == "running":
-            for hop in db.hops(study_id=study["id"]):
-                if hop["error"] and hop["state"] != "done":
-                    failures.append({"region": study["region"], "study": study["id"],
-                                     "trial": f"hop {hop['id']}",
-                                     "reason": f"{hop['errors']} failed deliveries, last: "
-                                               f"{hop['error']}"})
+        if study.state == "running":
+            for hop in HopRecords(db).all(study_id=study.id):
+                if hop.error and hop.state != "done":
+                    failures.append({"region": study.region, "study": study.id,
+                                     "trial": f"hop {hop.id}",
+                                     "reason": f"{hop.errors} failed deliveries, last: "
+                                               f"{hop.error}"})
     if failures:
         out.append(("failures:", failures, ["region", "study", "trial", "reason"]))
     records = WorkerRecords(db)

@@ -23,6 +23,7 @@ _NAMES = {
     "check_region": "hoptune.tasks.study._validate",
     "end_of_epoch": "hoptune.tasks.study._workflow",
     "hand_on": "hoptune.tasks.study._workflow",
+    "hand_on_cohort": "hoptune.tasks.study._workflow",
     "tune_step": "hoptune.tasks.study._workflow",
 }
 

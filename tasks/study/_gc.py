@@ -37,20 +37,20 @@ def collect(rt: Runtime, *, older_than_days: float | None = None, dry_run: bool 
     out = Collected()
     cutoff = utcnow() - timedelta(days=older_than_days) if older_than_days is not None else None
     for study in rt.db.studies():
-        if study["state"] == "running":
+        if study.state == "running":
             continue
-        shards = study["region_config"]["shards"]
-        prefix = f"checkpoints/study-{study['id']}"
-        if cutoff is not None and study["finished_at"] < cutoff:
+        shards = study.region_config["shards"]
+        prefix = f"checkpoints/study-{study.id}"
+        if cutoff is not None and study.finished_at < cutoff:
             _remove(rt.store, rt.store.list(prefix), out, dry_run)
             continue
-        select = study["region_config"].get("select", "best")
+        select = study.region_config.get("select", "best")
         keep = set()
-        for t in rt.db.trials(study["id"]):
-            if t["state"] in ("done", "pruned") and t["epochs_done"] > 0:
-                chosen = selected_epoch(rt.db.epochs(t["id"]), bool(study["minimize"]), select)
-                ends = {t["epochs_done"] - 1, *([chosen[0]] if chosen else [])}
-                keep |= {checkpoint_key(study["id"], t["id"], e, shards - 1) for e in ends}
+        for t in rt.db.trials(study.id):
+            if t.state in ("done", "pruned") and t.epochs_done > 0:
+                chosen = selected_epoch(rt.db.epochs(t.id), bool(study.minimize), select)
+                ends = {t.epochs_done - 1, *([chosen[0]] if chosen else [])}
+                keep |= {checkpoint_key(study.id, t.id, e, shards - 1) for e in ends}
         _remove(rt.store, [k for k in rt.store.list(prefix)
                            if k not in keep and ".unreadable-" not in k], out, dry_run)
     return out

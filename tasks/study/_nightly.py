@@ -23,7 +23,7 @@ from hoptune.regions import Config
 from hoptune.tasks.study._nightly_lock import NIGHTLY_LOCK, holder, lock_seconds
 from hoptune.tasks.study._validate import check_region
 from hoptune.tasks.worker import Dispatch, Runtime, tune_step_dispatch
-from hoptune.tuner import Locks, NightlyRecords
+from hoptune.tuner import Locks, NightlyRecords, StudyRow
 
 __all__ = ["start_nightly", "after_promotion"]
 
@@ -64,11 +64,11 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
         try:
             running = rt.db.latest_study(region.name, state="running")
             if running is not None:
-                raise StudyError(f"study {running['id']} of {region.name} is still running")
+                raise StudyError(f"study {running.id} of {region.name} is still running")
             result = ingest(region, rt.store)
             parent = rt.db.latest_study(region.name, state="done")
             study_id = create_study(rt, region, manifest=result.manifest,
-                                    parent_id=parent["id"] if parent else None,
+                                    parent_id=parent.id if parent else None,
                                     nightly_run_id=run_id)
         except HoptuneError as exc:
             log.warning("nightly run %d: %s failed: %s", run_id, region.name, exc)
@@ -89,19 +89,19 @@ def _abandon_stale_runs(rt: Runtime, current: int) -> None:
             records.finish_run(run["id"], "abandoned")
 
 
-def after_promotion(rt: Runtime, study: dict[str, Any], decision: dict[str, Any]) -> None:
+def after_promotion(rt: Runtime, study: StudyRow, decision: dict[str, Any]) -> None:
     """Record a nightly study's outcome; the last region to end finishes the run."""
-    run_id = study["nightly_run_id"]
+    run_id = study.nightly_run_id
     if run_id is None:
         return
-    if study["state"] != "done":
+    if study.state != "done":
         state = "failed"
     else:
         state = "promoted" if decision["promoted"] else "kept"
     outcome = decision["reason"]
     if decision.get("version"):
         outcome = f"{decision['version']}: {outcome}"
-    NightlyRecords(rt.db).end_region(run_id, study["region"], state, outcome)
+    NightlyRecords(rt.db).end_region(run_id, study.region, state, outcome)
     _maybe_finish(rt, run_id)
 
 

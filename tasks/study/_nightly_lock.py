@@ -8,10 +8,9 @@ that died does not block the next night.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from hoptune.tasks.worker import Runtime
-from hoptune.tuner import Locks
+from hoptune.tuner import Locks, StudyRow
 
 __all__ = ["NIGHTLY_LOCK", "holder", "lock_seconds", "renew"]
 
@@ -28,7 +27,7 @@ def holder(run_id: int) -> str:
     return f"nightly-run-{run_id}"
 
 
-def renew(rt: Runtime, study: dict[str, Any]) -> None:
+def renew(rt: Runtime, study: StudyRow) -> None:
     """A nightly study made progress: its run still holds the lock."""
-    if study["nightly_run_id"] is not None:
-        Locks(rt.db).renew(NIGHTLY_LOCK, holder(study["nightly_run_id"]), lock_seconds())
+    if study.nightly_run_id is not None:
+        Locks(rt.db).renew(NIGHTLY_LOCK, holder(study.nightly_run_id), lock_seconds())

@@ -61,25 +61,25 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
     """Decide and record whether study ``study_id``'s best trial becomes the champion."""
     db, store = rt.db, rt.store
     study = db.study(study_id)
-    if study["promotion"] is not None:
-        return study["promotion"]
-    if study["kind"] == "calibration":  # its trials measured hop costs, nothing else
+    if study.promotion is not None:
+        return study.promotion
+    if study.kind == "calibration":  # its trials measured hop costs, nothing else
         decision = {"promoted": False, "reason": "a calibration study is never promoted"}
         db.set_study(study_id, promotion=decision)
         return decision
-    if study["state"] != "done" or study["best_trial_id"] is None:
-        decision = {"promoted": False, "reason": study["failure"] or f"study {study['state']}"}
+    if study.state != "done" or study.best_trial_id is None:
+        decision = {"promoted": False, "reason": study.failure or f"study {study.state}"}
         db.set_study(study_id, promotion=decision)
         return decision
     region = region_of(study)
     family = get_family(region)
     manifest = study_manifest(rt, study)
-    best = db.trial(study["best_trial_id"])
-    minimize = bool(study["minimize"])
+    best = db.trial(study.best_trial_id)
+    minimize = bool(study.minimize)
     # the challenger's weights are the end of its selected epoch (its best, or its last),
     # whose validation metric was recorded when that epoch ended, on this same data
-    epoch, metric = selected_epoch(db.epochs(best["id"]), minimize, region.select)
-    chosen = checkpoint_key(study_id, best["id"], epoch, region.shards - 1)
+    epoch, metric = selected_epoch(db.epochs(best.id), minimize, region.select)
+    chosen = checkpoint_key(study_id, best.id, epoch, region.shards - 1)
     weights = load_checkpoint(store, chosen).model  # on the CPU: the registry is for any host
     ids = load_id_maps(store, manifest) if manifest["task"] == "rating" else None
 
@@ -97,16 +97,16 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
             now = utcnow().isoformat()
             card = {
                 "region": region.name, "version": version, "created_at": now,
-                "family": region.family, "task": region.task, "params": best["params"],
-                "metric_name": family.scoring(manifest["meta"], best["params"])[0],
+                "family": region.family, "task": region.task, "params": best.params,
+                "metric_name": family.scoring(manifest["meta"], best.params)[0],
                 "metric": metric, "minimize": minimize,
                 "data_hash": manifest["hash"], "meta": manifest["meta"],
                 "ids_hash": _hash(ids),
-                "study_id": study_id, "trial_id": best["id"], "trial_number": best["number"],
-                "seed": best["seed"], "epochs": best["epochs_done"],
+                "study_id": study_id, "trial_id": best.id, "trial_number": best.number,
+                "seed": best.seed, "epochs": best.epochs_done,
                 "select": region.select, "selected_epoch": epoch,
-                "visit_orders": [e["visit_order"] for e in db.epochs(best["id"])],
-                "region_config": study["region_config"],
+                "visit_orders": [e.visit_order for e in db.epochs(best.id)],
+                "region_config": study.region_config,
                 "previous": decision.get("champion"),
                 "previous_metric": decision.get("champion_metric"),
                 "compared_on": decision.get("compared_on"),

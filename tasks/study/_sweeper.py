@@ -28,7 +28,6 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from celery import Celery
 
@@ -42,7 +41,7 @@ from hoptune.tasks.worker import (
     promote_dispatch,
     tune_step_dispatch,
 )
-from hoptune.tuner import WorkerRecords, utcnow
+from hoptune.tuner import HopRecords, WaitingHop, WorkerRecords, utcnow
 
 __all__ = ["queue_lengths", "resend_seconds", "sweep", "takeover_seconds"]
 
@@ -71,51 +70,51 @@ def sweep(rt: Runtime, app: Celery | None = None, study_id: int | None = None, *
     before = now - timedelta(seconds=resend_seconds() if resend_after is None else resend_after)
     mine = (lambda s: study_id in (None, s))  # noqa: E731 - a filter read three times
     out: list[Dispatch] = []
-    for hop in db.release_dead_hops(live_after()):
-        trial = db.trial(hop["trial_id"])
-        study = db.study(trial["study_id"])
-        if not mine(study["id"]):
+    for hop in HopRecords(db).release_dead(live_after()):
+        trial = db.trial(hop.trial_id)
+        study = db.study(trial.study_id)
+        if not mine(study.id):
             continue
         log.warning("hop %d of trial %d (epoch %d position %d) was held by %s, which is gone: "
-                    "sending it again", hop["id"], hop["trial_id"], hop["epoch"],
-                    hop["position"], hop["holder"])
-        out.append(hop_dispatch(study["region"], study["id"], hop["trial_id"], hop["epoch"],
-                                hop["position"], hop["shard"]))
+                    "sending it again", hop.id, hop.trial_id, hop.epoch,
+                    hop.position, hop.holder)
+        out.append(hop_dispatch(study.region, study.id, hop.trial_id, hop.epoch,
+                                hop.position, hop.shard))
     length = queue_lengths(app)
-    waiting = [h for h in db.waiting_hops(before) if mine(h["study_id"])]
+    waiting = [h for h in HopRecords(db).waiting(before) if mine(h.study_id)]
     for hop in waiting:
-        if length(hop_queue(hop["region"], hop["shard"])):
+        if length(hop_queue(hop.region, hop.shard)):
             continue  # its message may still be in the queue
-        out.append(hop_dispatch(hop["region"], hop["study_id"], hop["trial_id"], hop["epoch"],
-                                hop["position"], hop["shard"]))
+        out.append(hop_dispatch(hop.region, hop.study_id, hop.trial_id, hop.epoch,
+                                hop.position, hop.shard))
     for trial in db.stalled_trials(before):
-        if not mine(trial["study_id"]):
+        if not mine(trial.study_id):
             continue
-        last = db.last_hop(trial["id"])
-        record = db.epoch(trial["id"], last["epoch"]) if last else None
-        if (last and record and last["state"] == "done" and record["finished_at"] is None
-                and last["position"] == len(record["visit_order"]) - 1):
-            study = db.study(trial["study_id"])
+        last = HopRecords(db).last(trial.id)
+        record = db.epoch(trial.id, last.epoch) if last else None
+        if (last and record and last.state == "done" and record.finished_at is None
+                and last.position == len(record.visit_order) - 1):
+            study = db.study(trial.study_id)
             log.warning("trial %d: epoch %d ended but was never decided: sending its last hop "
-                        "again", trial["id"], last["epoch"])
-            out.append(hop_dispatch(study["region"], study["id"], trial["id"], last["epoch"],
-                                    last["position"], last["shard"]))
+                        "again", trial.id, last.epoch)
+            out.append(hop_dispatch(study.region, study.id, trial.id, last.epoch,
+                                    last.position, last.shard))
     for study in db.studies():
-        if not mine(study["id"]):
+        if not mine(study.id):
             continue
-        if study["state"] != "running":
-            if study["promotion"] is None and study["finished_at"] < before:
-                log.warning("study %d ended without a promotion: sending it again", study["id"])
-                out.append(promote_dispatch(study["id"]))
+        if study.state != "running":
+            if study.promotion is None and study.finished_at < before:
+                log.warning("study %d ended without a promotion: sending it again", study.id)
+                out.append(promote_dispatch(study.id))
             continue
-        trials = db.trials(study["id"])
-        running = sum(t["state"] == "running" for t in trials)
-        quiet = all(t["updated_at"] < before for t in trials)
-        if running < study["parallel"] and quiet:
-            out.append(tune_step_dispatch(study["id"]))
+        trials = db.trials(study.id)
+        running = sum(t.state == "running" for t in trials)
+        quiet = all(t.updated_at < before for t in trials)
+        if running < study.parallel and quiet:
+            out.append(tune_step_dispatch(study.id))
     if app is not None:
         _take_over(rt, app, [h for h in waiting
-                             if h["queued_at"] < now - timedelta(seconds=takeover_seconds())])
+                             if h.queued_at < now - timedelta(seconds=takeover_seconds())])
     return form_cohorts(rt, out)  # hops a cohort lost go on together
 
 
@@ -134,9 +133,9 @@ def queue_lengths(app: Celery | None) -> Callable[[str], int]:
     return length
 
 
-def _take_over(rt: Runtime, app: Celery, waiting: list[dict[str, Any]]) -> None:
+def _take_over(rt: Runtime, app: Celery, waiting: list[WaitingHop]) -> None:
     """Tell a live worker to consume every queue whose hops wait with no live consumer."""
-    queues = {hop_queue(h["region"], h["shard"]) for h in waiting}
+    queues = {hop_queue(h.region, h.shard) for h in waiting}
     if not queues:
         return
     active = app.control.inspect(timeout=1.0).active_queues() or {}

@@ -41,17 +41,20 @@ from hoptune.tasks.worker import (
 )
 from hoptune.tuner import (
     AshaPruner,
+    HopRecords,
+    StudyRow,
+    TrialRow,
+    best_trial,
     cohort_size,
     first_shards,
     idle_owners,
     placed_order,
     selected_epoch,
     told,
-    trial_metric,
 )
 
 __all__ = ["CohortStart", "create_study", "tune_step", "hand_on", "hand_on_cohort",
-           "end_of_epoch", "best_trial", "trial_seed", "others_positions"]
+           "end_of_epoch", "trial_seed", "others_positions"]
 
 log = logging.getLogger(__name__)
 
@@ -60,28 +63,29 @@ _PROPOSAL_ATTEMPTS = 5
 
 
 def others_positions(rt: Runtime, study_id: int, conn: Any = None) -> list[tuple[list[int], int]]:
-    return [(r["visit_order"], r["position"]) for r in rt.db.running_positions(study_id, conn)]
+    return [(r.visit_order, r.position)
+            for r in HopRecords(rt.db).running_positions(study_id, conn)]
 
 
-def _proposals(rt: Runtime, study: dict[str, Any], trials: list[dict[str, Any]]
+def _proposals(rt: Runtime, study: StudyRow, trials: list[TrialRow]
                ) -> list[dict[str, Any]]:
     """New parameter sets for the free slots, proposed outside any lock."""
-    if study["space"] is None:
+    if study.space is None:
         return []
-    active = [t for t in trials if t["state"] in ("pending", "running")]
-    free = min(study["parallel"] - len(active), study["budget"] - len(trials))
+    active = [t for t in trials if t.state in ("pending", "running")]
+    free = min(study.parallel - len(active), study.budget - len(trials))
     if free <= 0:
         return []
     # scikit-optimize (seconds to import) loads here, in the worker, never in a driver
     from hoptune.tuner import Space, propose, study_prior
 
-    space = Space.from_json(study["space"])
+    space = Space.from_json(study.space)
     names = set(space.names)
-    minimize, select = bool(study["minimize"]), region_of(study).select
-    prior = study_prior(rt.db, study["parent_id"], space, minimize=minimize, select=select)
+    minimize, select = bool(study.minimize), region_of(study).select
+    prior = study_prior(rt.db, study.parent_id, space, minimize=minimize, select=select)
     return propose(space, told(trials, names, minimize=minimize, select=select),
-                   [{k: t["params"][k] for k in names} for t in active],
-                   free, seed=study["seed"], minimize=bool(study["minimize"]),
+                   [{k: t.params[k] for k in names} for t in active],
+                   free, seed=study.seed, minimize=bool(study.minimize),
                    prior=prior)
 
 
@@ -110,11 +114,11 @@ def tune_step(rt: Runtime, study_id: int, joining: CohortStart | None = None
     for _ in range(_PROPOSAL_ATTEMPTS):
         snapshot = db.trials(study_id)
         study = db.study(study_id)
-        if study["state"] != "running":
+        if study.state != "running":
             return []
         proposals = _proposals(rt, study, snapshot)
         with db.locked_study(study_id) as (conn, study):
-            if study["state"] != "running":
+            if study.state != "running":
                 return []
             trials = db.trials(study_id, conn)
             if len(trials) != len(snapshot):
@@ -125,7 +129,7 @@ def tune_step(rt: Runtime, study_id: int, joining: CohortStart | None = None
     return []
 
 
-def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict[str, Any]],
+def _fill_slots(rt: Runtime, conn: Any, study: StudyRow, trials: list[TrialRow],
                 proposals: list[dict[str, Any]], began: float,
                 joining: CohortStart | None = None) -> list[Dispatch]:
     db = rt.db
@@ -133,18 +137,18 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
     defaults = {**get_family(region).default_params, **region.params}
     if proposals:
         start = len(trials)
-        entries = [({**defaults, **p}, trial_seed(study["seed"], start + i))
+        entries = [({**defaults, **p}, trial_seed(study.seed, start + i))
                    for i, p in enumerate(proposals)]
-        db.add_trials(conn, study["id"], entries,
+        db.add_trials(conn, study.id, entries,
                       proposal_seconds=time.perf_counter() - began)
-        trials = db.trials(study["id"], conn)
-    running = [t for t in trials if t["state"] == "running"]
-    pending = [t for t in trials if t["state"] == "pending"]
-    free = study["parallel"] - len(running)
+        trials = db.trials(study.id, conn)
+    running = [t for t in trials if t.state == "running"]
+    pending = [t for t in trials if t.state == "pending"]
+    free = study.parallel - len(running)
     out: list[Dispatch] = []
-    loads = db.shard_loads(region.name, live_after(), conn)
+    loads = HopRecords(db).shard_loads(region.name, live_after(), conn)
     starting = pending[: max(free, 0)]
-    keys = [cohort_of(region, t["params"]) for t in starting]
+    keys = [cohort_of(region, t.params) for t in starting]
     idle = len(idle_owners(loads, region.shards)) if region.fuse > 1 else 0
     sizes = {k: cohort_size(keys.count(k), region.fuse, idle) for k in set(keys) - {None}}
     # cohort -> its first shard, members so far, most members
@@ -152,8 +156,8 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
         {joining.cohort: (joining.shard, joining.members, region.fuse)}
         if joining is not None else {})
     for trial, cohort in zip(starting, keys, strict=True):
-        tentative = choose_visit_order(region.shards, trial["seed"], 0,
-                                       others_positions(rt, study["id"], conn))
+        tentative = choose_visit_order(region.shards, trial.seed, 0,
+                                       others_positions(rt, study.id, conn))
         joined = cohorts.get(cohort) if cohort is not None else None
         if joined is not None and joined[1] < joined[2]:  # starts with its cohort
             order = placed_order(tentative, 0, joined[0])
@@ -162,39 +166,26 @@ def _fill_slots(rt: Runtime, conn: Any, study: dict[str, Any], trials: list[dict
             order = first_shards([tentative], loads)[0]
             if cohort is not None:
                 cohorts[cohort] = (order[0], 1, sizes[cohort])
-        order, created = db.start_epoch(trial["id"], 0, order, conn)
+        order, created = db.start_epoch(trial.id, 0, order, conn)
         if created:
-            out.append(hop_dispatch(region.name, study["id"], trial["id"], 0, 0, order[0]))
-    if not running and not pending and len(trials) >= study["budget"]:
+            out.append(hop_dispatch(region.name, study.id, trial.id, 0, 0, order[0]))
+    if not running and not pending and len(trials) >= study.budget:
         if _finish_study(rt, conn, study, trials):
-            out.append(promote_dispatch(study["id"]))
+            out.append(promote_dispatch(study.id))
     if region.fuse < 2:
         return out
-    return form_cohorts(rt, out, regions={study["id"]: region},
-                        params={t["id"]: t["params"] for t in trials})
+    return form_cohorts(rt, out, regions={study.id: region},
+                        params={t.id: t.params for t in trials})
 
 
-def best_trial(trials: list[dict[str, Any]], minimize: bool, select: str = "best"
-               ) -> dict[str, Any] | None:
-    """The best finished trial (pruned ones only if none finished), by its metric under
-    ``select``: its best epoch's (the weights promotion takes) or its last epoch's.
-    """
-    scored = [t for t in trials if t["state"] in ("done", "pruned")
-              and trial_metric(t, select) is not None]
-    finished = [t for t in scored if t["state"] == "done"] or scored
-    if not finished:
-        return None
-    return (min if minimize else max)(finished, key=lambda t: trial_metric(t, select))
-
-
-def _finish_study(rt: Runtime, conn: Any, study: dict[str, Any],
-                  trials: list[dict[str, Any]]) -> bool:
+def _finish_study(rt: Runtime, conn: Any, study: StudyRow,
+                  trials: list[TrialRow]) -> bool:
     """End the study (in the caller's transaction); False if it had already ended."""
-    best = best_trial(trials, bool(study["minimize"]), region_of(study).select)
-    ended = rt.db.finish_study(study["id"], "done" if best else "failed",
-                               best_trial_id=best["id"] if best else None,
+    best = best_trial(trials, bool(study.minimize), region_of(study).select)
+    ended = rt.db.finish_study(study.id, "done" if best else "failed",
+                               best_trial_id=best.id if best else None,
                                failure=None if best else "every trial failed", conn=conn)
-    log.info("study %d of region %s finished: %s", study["id"], study["region"],
+    log.info("study %d of region %s finished: %s", study.id, study.region,
              "done" if best else "failed")
     return ended
 
@@ -247,28 +238,28 @@ def _fill_at_boundary(rt: Runtime, out: list[Dispatch], going_on: list[EpochEnd]
     step fail here, the message goes as before too.
     """
     region, study = going_on[0].region, going_on[0].study
-    steps = [d for d in out if d.task == "hoptune.tune_step" and d.kwargs["study"] == study["id"]]
+    steps = [d for d in out if d.task == "hoptune.tune_step" and d.kwargs["study"] == study.id]
     if not steps:  # no member ended here
         return out
-    key = cohort_of(region, going_on[0].trial["params"])
+    key = cohort_of(region, going_on[0].trial.params)
     if key is None:
         return out
-    members = sum(cohort_of(region, e.trial["params"]) == key for e in going_on)
+    members = sum(cohort_of(region, e.trial.params) == key for e in going_on)
     if members >= region.fuse:
         return out
-    if idle_owners(rt.db.shard_loads(region.name, live_after()), region.shards):
+    if idle_owners(HopRecords(rt.db).shard_loads(region.name, live_after()), region.shards):
         return out
     try:
-        started = tune_step(rt, study["id"], joining=CohortStart(key, first, members))
+        started = tune_step(rt, study.id, joining=CohortStart(key, first, members))
     except Exception:  # noqa: BLE001 - the tune_step message fills the slots instead
         log.warning("study %d: filling the slots at a cohort's epoch boundary failed; "
-                    "sending tune_step", study["id"], exc_info=True)
+                    "sending tune_step", study.id, exc_info=True)
         return out
     return [d for d in out if d not in steps] + started
 
 
-def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
-                 trial: dict[str, Any], epoch: int, model: torch.nn.Module | None,
+def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
+                 trial: TrialRow, epoch: int, model: torch.nn.Module | None,
                  manifest: dict[str, Any], first_shard: int | None = None) -> list[Dispatch]:
     """Validate after an epoch's last hop; continue, prune or end the trial, once.
 
@@ -281,49 +272,49 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: dict[str, Any],
     still waits (the first decider may have died before sending it).
     """
     db = rt.db
-    record = db.epoch(trial["id"], epoch)
-    if record is None or record["finished_at"] is not None:
-        return _next_epoch_again(rt, region, study, trial["id"], epoch)
+    record = db.epoch(trial.id, epoch)
+    if record is None or record.finished_at is not None:
+        return _next_epoch_again(rt, region, study, trial.id, epoch)
     family = get_family(region)
     if model is None:  # a redelivered last hop: the weights are in its checkpoint
         model, _ = model_at(rt, region, study, trial, epoch, region.shards - 1, manifest["meta"])
     metric = float(family.evaluate(model, rt.validation(manifest)))
-    minimize = bool(study["minimize"])
+    minimize = bool(study.minimize)
     order = None
     failure = None
     if not math.isfinite(metric):
         outcome = "failed"
-        name = family.scoring(manifest["meta"], trial["params"])[0]
+        name = family.scoring(manifest["meta"], trial.params)[0]
         failure = f"validation {name} is {metric} after epoch {epoch}"
-    elif epoch + 1 >= min(study["epochs"], trial_settings(region, trial["params"]).epochs):
+    elif epoch + 1 >= min(study.epochs, trial_settings(region, trial.params).epochs):
         outcome = "done"  # the trial's own epochs (a hyperparameter) within the study's
-    elif study["space"] is not None and AshaPruner(
+    elif study.space is not None and AshaPruner(
             reduction_factor=region.pruner.reduction_factor,
-            min_epochs=region.pruner.min_epochs, max_epochs=study["epochs"],
+            min_epochs=region.pruner.min_epochs, max_epochs=study.epochs,
             where=f"regions.{region.name}.pruner").should_prune(
-            epoch + 1, metric, [*db.rung_values(study["id"], epoch), metric],
+            epoch + 1, metric, [*db.rung_values(study.id, epoch), metric],
             minimize=minimize):
         outcome = "pruned"
     else:
         outcome = "continue"
-        tentative = choose_visit_order(region.shards, trial["seed"], epoch + 1,
-                                       others_positions(rt, study["id"]))
+        tentative = choose_visit_order(region.shards, trial.seed, epoch + 1,
+                                       others_positions(rt, study.id))
         order = (placed_order(tentative, 0, first_shard) if first_shard is not None else
-                 first_shards([tentative], db.shard_loads(region.name, live_after()),
+                 first_shards([tentative], HopRecords(db).shard_loads(region.name, live_after()),
                               rt.holder)[0])
-    decided = db.end_epoch(trial["id"], epoch, metric if math.isfinite(metric) else None,
+    decided = db.end_epoch(trial.id, epoch, metric if math.isfinite(metric) else None,
                            minimize=minimize, outcome=outcome, failure=failure,
                            next_order=order)
     if not decided:
-        return _next_epoch_again(rt, region, study, trial["id"], epoch)
+        return _next_epoch_again(rt, region, study, trial.id, epoch)
     renew_nightly_lock(rt, study)
-    kept = _selected_end(rt, region, trial["id"], minimize)
+    kept = _selected_end(rt, region, trial.id, minimize)
     if order is not None:
-        _drop_epoch_ends(rt, study["id"], trial["id"], region.shards, before=epoch, kept=kept)
-        return [hop_dispatch(region.name, study["id"], trial["id"], epoch + 1, 0, order[0])]
-    keep_final(rt.store, study["id"], trial["id"], epoch if outcome != "failed" else None,
+        _drop_epoch_ends(rt, study.id, trial.id, region.shards, before=epoch, kept=kept)
+        return [hop_dispatch(region.name, study.id, trial.id, epoch + 1, 0, order[0])]
+    keep_final(rt.store, study.id, trial.id, epoch if outcome != "failed" else None,
                region.shards, also=kept if outcome != "failed" else ())
-    return [tune_step_dispatch(study["id"])]
+    return [tune_step_dispatch(study.id)]
 
 
 def _selected_end(rt: Runtime, region: RegionConfig, trial_id: int, minimize: bool
@@ -348,9 +339,9 @@ def _drop_epoch_ends(rt: Runtime, study_id: int, trial_id: int, shards: int, *, 
             rt.store.delete(checkpoint_key(study_id, trial_id, epoch, shards - 1))
 
 
-def _next_epoch_again(rt: Runtime, region: RegionConfig, study: dict[str, Any], trial_id: int,
+def _next_epoch_again(rt: Runtime, region: RegionConfig, study: StudyRow, trial_id: int,
                       epoch: int) -> list[Dispatch]:
-    first = rt.db.hop(trial_id, epoch + 1, 0)
-    if first is None or first["state"] != "queued":
+    first = HopRecords(rt.db).get(trial_id, epoch + 1, 0)
+    if first is None or first.state != "queued":
         return []
-    return [hop_dispatch(region.name, study["id"], trial_id, epoch + 1, 0, first["shard"])]
+    return [hop_dispatch(region.name, study.id, trial_id, epoch + 1, 0, first.shard)]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from hoptune.core import Settings, Store
 from hoptune.regions import RegionConfig, read_manifest
 from hoptune.tasks.worker._checkpoint import LatestCheckpoints
-from hoptune.tuner import StudyDB
+from hoptune.tuner import StudyDB, StudyRow
 
 if TYPE_CHECKING:
     import torch
@@ -141,14 +141,14 @@ def runtime() -> Runtime:
         return _runtime
 
 
-def region_of(study: dict[str, Any]) -> RegionConfig:
+def region_of(study: StudyRow) -> RegionConfig:
     """The region configuration a study was started with (snapshotted in the database)."""
-    return RegionConfig.model_validate(study["region_config"])
+    return RegionConfig.model_validate(study.region_config)
 
 
-def study_manifest(rt: Runtime, study: dict[str, Any]) -> dict[str, Any]:
+def study_manifest(rt: Runtime, study: StudyRow) -> dict[str, Any]:
     """The data a study trains on: its manifest as of its start, even if re-ingested since."""
-    return study["manifest"] or rt.manifest(study["region"])
+    return study.manifest or rt.manifest(study.region)
 
 
 def parse_shard_spec(spec: str) -> list[tuple[str, int]]:

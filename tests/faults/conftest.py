@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from hoptune.tuner import HopRecords, HopRow
+
 CONFIG = """
 [defaults]
 shards = {shards}
@@ -325,8 +327,8 @@ class Scenario:
         """What a timed-out wait leaves to read: every hop's row and each worker's last lines."""
         lines = ["hops:"]
         try:
-            for h in self.runtime().db.hops():
-                lines.append("  " + ", ".join(f"{k}={h.get(k)!r}" for k in (
+            for h in HopRecords(self.runtime().db).all():
+                lines.append("  " + ", ".join(f"{k}={getattr(h, k)!r}" for k in (
                     "trial_id", "epoch", "position", "shard", "state", "worker", "deliveries",
                     "interrupted", "error")))
         except Exception as exc:  # noqa: BLE001 - a broken database is itself the answer
@@ -336,14 +338,14 @@ class Scenario:
             lines += [f"{log.name}:"] + [f"  {line}" for line in tail]
         return "\n".join(lines)
 
-    def running_hop(self, worker: str | None = None) -> dict:
+    def running_hop(self, worker: str | None = None) -> HopRow:
         """Wait for a hop in flight (on ``worker``, a name given to ``Workers.start``)."""
         rt = self.runtime()
-        found: list[dict] = []
+        found: list[HopRow] = []
 
         def some() -> bool:
-            found[:] = [h for h in rt.db.hops() if h["state"] == "running"
-                        and (worker is None or h["worker"] == f"{worker}@faults")]
+            found[:] = [h for h in HopRecords(rt.db).all() if h.state == "running"
+                        and (worker is None or h.worker == f"{worker}@faults")]
             return bool(found)
 
         self.wait_until(some, 120, f"a hop running on {worker or 'any worker'}")
@@ -372,45 +374,45 @@ class Scenario:
 
         rt = self.runtime()
         study = rt.db.study(study_id)
-        assert study["state"] == "done", study
-        assert study["promotion"] is not None and not study["promotion"].get("failed")
+        assert study.state == "done", study
+        assert study.promotion is not None and not study.promotion.get("failed")
         trials = rt.db.trials(study_id)
-        assert len(trials) == study["budget"]
-        assert all(t["state"] in ("done", "pruned") for t in trials), \
-            [(t["number"], t["state"], t["failure"]) for t in trials]
-        shards = study["region_config"]["shards"]
-        hops = rt.db.hops(study_id=study_id)
+        assert len(trials) == study.budget
+        assert all(t.state in ("done", "pruned") for t in trials), \
+            [(t.number, t.state, t.failure) for t in trials]
+        shards = study.region_config["shards"]
+        hops = HopRecords(rt.db).all(study_id=study_id)
         for trial in trials:
-            for record in rt.db.epochs(trial["id"])[: trial["epochs_done"]]:
-                rows = [h for h in hops if h["trial_id"] == trial["id"]
-                        and h["epoch"] == record["epoch"]]
-                assert sorted(h["shard"] for h in rows) == list(range(shards))
-                assert all(h["state"] == "done" for h in rows)
-                assert [h["shard"] for h in sorted(rows, key=lambda h: h["position"])] == \
-                    record["visit_order"]
+            for record in rt.db.epochs(trial.id)[: trial.epochs_done]:
+                rows = [h for h in hops if h.trial_id == trial.id
+                        and h.epoch == record.epoch]
+                assert sorted(h.shard for h in rows) == list(range(shards))
+                assert all(h.state == "done" for h in rows)
+                assert [h.shard for h in sorted(rows, key=lambda h: h.position)] == \
+                    record.visit_order
         twice = {k: n for k, n in self.trainings().items() if n > 1}
         assert len(twice) <= trained_twice_allowed, twice
         for trial in trials:
-            final = checkpoint_key(study_id, trial["id"], trial["epochs_done"] - 1, shards - 1)
+            final = checkpoint_key(study_id, trial.id, trial.epochs_done - 1, shards - 1)
             weights = load_checkpoint(rt.store, final).model
-            replayed = replay_trial(rt, trial["id"], trial["epochs_done"])
+            replayed = replay_trial(rt, trial.id, trial.epochs_done)
             for name, tensor in replayed.items():
-                assert torch.equal(weights[name], tensor), (trial["number"], name)
+                assert torch.equal(weights[name], tensor), (trial.number, name)
         return study
 
-    def recovery_seconds(self, hop: dict, after: float) -> float:
+    def recovery_seconds(self, hop: HopRow, after: float) -> float:
         """From ``after`` (a kill, as time.time()) to when hop ``hop`` started again.
 
         If that hop had finished before the kill landed, to the first hop that
         started after it.
         """
-        rows = self.runtime().db.hops()
-        key = (hop["trial_id"], hop["epoch"], hop["position"])
-        again = [h["started_at"].timestamp() for h in rows
-                 if (h["trial_id"], h["epoch"], h["position"]) == key
-                 and h["started_at"] is not None and h["started_at"].timestamp() > after]
-        later = again or [h["started_at"].timestamp() for h in rows
-                          if h["started_at"] is not None and h["started_at"].timestamp() > after]
+        rows = HopRecords(self.runtime().db).all()
+        key = (hop.trial_id, hop.epoch, hop.position)
+        again = [h.started_at.timestamp() for h in rows
+                 if (h.trial_id, h.epoch, h.position) == key
+                 and h.started_at is not None and h.started_at.timestamp() > after]
+        later = again or [h.started_at.timestamp() for h in rows
+                          if h.started_at is not None and h.started_at.timestamp() > after]
         return min(later) - after
 
 

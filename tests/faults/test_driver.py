@@ -31,7 +31,7 @@ def test_tune_with_local_workers_returns_only_after_the_champion_is_promoted(
     while ended_at is None or time.monotonic() < ended_at + 25:
         locks.renew("registry:north", "someone-else", 10.0)
         studies = db.studies("north")
-        if ended_at is None and studies and studies[0]["state"] != "running":
+        if ended_at is None and studies and studies[0].state != "running":
             ended_at = time.monotonic()
         assert tune.poll() is None, tune.communicate()
         time.sleep(0.5)
@@ -40,11 +40,11 @@ def test_tune_with_local_workers_returns_only_after_the_champion_is_promoted(
     done = subprocess.CompletedProcess(tune.args, tune.returncode, out, err)
     assert done.returncode == 0, done.stdout + done.stderr
     (study,) = db.studies("north")
-    assert study["state"] == "done"
-    assert study["promotion"]["promoted"] is True
-    assert done.stdout.splitlines()[-1] == f"promotion: {study['promotion']['reason']}"
+    assert study.state == "done"
+    assert study.promotion["promoted"] is True
+    assert done.stdout.splitlines()[-1] == f"promotion: {study.promotion['reason']}"
     store = Store(settings.store_url)
     card = champion_card(store, "north")
-    assert card is not None and card["study_id"] == study["id"]
+    assert card is not None and card["study_id"] == study.id
     assert [c["version"] for c in versions(store, "north")] == ["v0001"]
     db.dispose()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hoptune.tuner import HopRecords
+
 pytestmark = pytest.mark.integration
 
 
@@ -48,20 +50,20 @@ class Duplicator:
         while not self._stop.wait(0.02):
             out = []
             now = utcnow()
-            for hop in db.hops(study_id=self.study):
-                order = db.epoch(hop["trial_id"], hop["epoch"])["visit_order"]
-                last = hop["position"] == len(order) - 1
+            for hop in HopRecords(db).all(study_id=self.study):
+                order = db.epoch(hop.trial_id, hop.epoch).visit_order
+                last = hop.position == len(order) - 1
                 if self.last_only and not last:
                     continue
-                key = (hop["trial_id"], hop["epoch"], hop["position"], hop["state"] == "done")
-                due = hop["state"] == "queued" or (
-                    hop["state"] == "done"
-                    and (now - hop["finished_at"]).total_seconds() >= self.late)
+                key = (hop.trial_id, hop.epoch, hop.position, hop.state == "done")
+                due = hop.state == "queued" or (
+                    hop.state == "done"
+                    and (now - hop.finished_at).total_seconds() >= self.late)
                 if key in self.sent or not due:
                     continue
                 self.sent.add(key)
-                out.append(hop_dispatch("north", self.study, hop["trial_id"], hop["epoch"],
-                                        hop["position"], hop["shard"]))
+                out.append(hop_dispatch("north", self.study, hop.trial_id, hop.epoch,
+                                        hop.position, hop.shard))
             send(out, self.scenario.app)
             self.copies += len(out)
 
@@ -76,8 +78,8 @@ def test_every_hop_delivered_twice_to_two_replicas_trains_once(scenario, workers
         scenario.settle(study)
     assert copies.copies >= 16  # 4 trials x 2 epochs x 2 shards, each queued and done
     scenario.check(study)  # each (trial, epoch, position) trained exactly once
-    hops = scenario.runtime().db.hops(study_id=study)
-    assert sum(h["interrupted"] for h in hops) == 0, "a copy is not an interruption"
+    hops = HopRecords(scenario.runtime().db).all(study_id=study)
+    assert sum(h.interrupted for h in hops) == 0, "a copy is not an interruption"
     # both replicas of each shard took deliveries, so copies raced for each claim; which
     # replica wins a hop is the broker's timing (one once trained none of its shard's 8)
     for name in ("a0", "b0", "a1", "b1"):
@@ -102,10 +104,10 @@ def _pruned_run(scenario, workers, duplicate: bool) -> dict:
     scenario.wait_until(lambda: settled(scenario.runtime().db.study(study)), 120, "the end")
     db = scenario.runtime().db
     record = db.study(study)
-    best = db.trial(record["best_trial_id"])
+    best = db.trial(record.best_trial_id)
     workers.stop_all()
-    return {"states": [t["state"] for t in db.trials(study)], "best": best["number"],
-            "metric": best["last_metric"], "promotion": record["promotion"]["promoted"]}
+    return {"states": [t.state for t in db.trials(study)], "best": best.number,
+            "metric": best.last_metric, "promotion": record.promotion["promoted"]}
 
 
 def test_duplicated_epoch_ends_leave_the_result_of_a_run_without_them(
@@ -167,4 +169,4 @@ def test_two_nightly_runs_at_once_one_runs_and_one_refuses(scenario, workers, fa
     workers.start("w0", "north:0,north:1")
     assert first.wait(240) == 0, first.communicate()
     (study,) = db.studies("north")
-    scenario.check(study["id"])
+    scenario.check(study.id)

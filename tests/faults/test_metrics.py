@@ -15,6 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hoptune.tasks.worker._messages import hop_queue
+from hoptune.tuner import HopRow
+from tests.rows import hop_row
 
 from .conftest import _free_port
 
@@ -127,10 +129,10 @@ def test_busy_shares_count_overlaps_once_and_only_inside_the_window() -> None:
 
     now = utcnow()
 
-    def hop(worker: str, start: float, end: float | None) -> dict:
-        return {"worker": worker, "state": "running" if end is None else "done",
-                "started_at": now - timedelta(seconds=start),
-                "finished_at": None if end is None else now - timedelta(seconds=end)}
+    def hop(worker: str, start: float, end: float | None) -> HopRow:
+        return hop_row(worker=worker, state="running" if end is None else "done",
+                       started_at=now - timedelta(seconds=start),
+                       finished_at=None if end is None else now - timedelta(seconds=end))
 
     shares = busy_shares([hop("a", 50, 40), hop("a", 45, 30),  # overlap: 50..30 is 20 s
                           hop("b", 200, 90),  # starts before the window: 100..90 is 10 s

@@ -22,7 +22,7 @@ def test_a_finished_study_keeps_only_each_trials_final_weights(scenario, workers
     kept = [k for k in rt.store.list("checkpoints") if k.endswith(".pt")]
     trials = rt.db.trials(study)
     assert sorted(kept) == sorted(
-        f"checkpoints/study-{study}/trial-{t['id']}/e0002-p0001.pt" for t in trials)
+        f"checkpoints/study-{study}/trial-{t.id}/e0002-p0001.pt" for t in trials)
     env = {**os.environ, **fault_env}
     dry = subprocess.run(["hoptune", "gc", "--older-than", "0", "--dry-run"], cwd=home,
                          env=env, capture_output=True, text=True, timeout=60)

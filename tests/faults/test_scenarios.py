@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from hoptune.tuner import HopRecords
+
 pytestmark = pytest.mark.integration
 
 
@@ -106,8 +108,8 @@ def test_the_driver_killed_the_workers_finish_alone(scenario, workers, home: Pat
     os.killpg(tune.pid, signal.SIGKILL)
     tune.wait()
     (study,) = scenario.runtime().db.studies("north")
-    scenario.settle(study["id"])
-    scenario.check(study["id"])
+    scenario.settle(study.id)
+    scenario.check(study.id)
 
 
 def test_a_hop_that_fails_once_is_retried_and_one_that_always_fails_fails_its_trial(
@@ -119,20 +121,20 @@ def test_a_hop_that_fails_once_is_retried_and_one_that_always_fails_fails_its_tr
     study = scenario.start(configs=[{"lr": 0.01}], factory=True)
     scenario.settle(study)
     scenario.check(study)
-    hops = scenario.runtime().db.hops(study_id=study)
-    assert sum(h["errors"] for h in hops) == 1
-    assert [h["error"] for h in hops if h["errors"]] == [
+    hops = HopRecords(scenario.runtime().db).all(study_id=study)
+    assert sum(h.errors for h in hops) == 1
+    assert [h.error for h in hops if h.errors] == [
         "RuntimeError: injected: fails on this delivery only"]
 
     (home / "raise-always").touch()
     second = scenario.start(configs=[{"lr": 0.01}, {"lr": 0.02}], factory=True)
     record = scenario.settle(second)
     trials = scenario.runtime().db.trials(second)
-    assert [t["state"] for t in trials] == ["failed", "failed"]
-    assert all(t["failure"].endswith("failed twice on w0@faults: RuntimeError: injected: "
+    assert [t.state for t in trials] == ["failed", "failed"]
+    assert all(t.failure.endswith("failed twice on w0@faults: RuntimeError: injected: "
                                      "fails on every delivery") for t in trials)
-    assert record["state"] == "failed"
-    assert record["promotion"]["promoted"] is False
+    assert record.state == "failed"
+    assert record.promotion["promoted"] is False
 
 
 def test_a_factory_that_raises_fails_its_trial_within_one_hop(scenario, workers, home: Path,
@@ -145,10 +147,10 @@ def test_a_factory_that_raises_fails_its_trial_within_one_hop(scenario, workers,
     scenario.settle(study)
     db = scenario.runtime().db
     for trial in db.trials(study):
-        assert trial["state"] == "failed"
-        assert trial["failure"] == ("model could not be built: ValueError: injected: the "
+        assert trial.state == "failed"
+        assert trial.failure == ("model could not be built: ValueError: injected: the "
                                     "factory cannot build this model")
-        assert [h["deliveries"] for h in db.hops(trial["id"])] == [1]
+        assert [h.deliveries for h in HopRecords(db).all(trial.id)] == [1]
     status = subprocess.run(["hoptune", "status"], cwd=home, capture_output=True, text=True,
                             env={**os.environ, **fault_env}, timeout=60)
     assert "injected: the factory cannot build this model" in status.stdout
@@ -161,8 +163,9 @@ def test_a_truncated_checkpoint_is_set_aside_and_its_hop_runs_again(scenario, wo
     _one_owner_per_shard(workers)
     study = scenario.start(configs=[{"lr": 0.01}], epochs=3)
     db = scenario.runtime().db
-    trial = db.trials(study)[0]["id"]
-    scenario.wait_until(lambda: sum(h["state"] == "done" for h in db.hops(trial)) >= 2, 120,
+    trial = db.trials(study)[0].id
+    records = HopRecords(db)
+    scenario.wait_until(lambda: sum(h.state == "done" for h in records.all(trial)) >= 2, 120,
                         "two hops done")
     workers.kill("w0")
     workers.kill("w1")
@@ -208,10 +211,10 @@ def test_a_checkpoint_unreadable_every_time_fails_its_trial_naming_the_file(
     finally:
         stop.set()
     (study,) = scenario.runtime().db.studies("north")
-    (trial,) = scenario.runtime().db.trials(study["id"])
-    key = f"checkpoints/study-{study['id']}/trial-{trial['id']}/e0000-p0000.pt"
-    assert trial["state"] == "failed"
-    assert trial["failure"].startswith(f"checkpoint {key} is unreadable")
+    (trial,) = scenario.runtime().db.trials(study.id)
+    key = f"checkpoints/study-{study.id}/trial-{trial.id}/e0000-p0000.pt"
+    assert trial.state == "failed"
+    assert trial.failure.startswith(f"checkpoint {key} is unreadable")
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.splitlines()[-1].startswith(
         f"hoptune: trial 0 failed: checkpoint {key} is unreadable")

@@ -66,11 +66,11 @@ def test_hops_from_memory_give_bitwise_the_weights_of_hops_from_the_store(make_c
         study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
         run_inline(rt, tune_step(rt, study))
         (trial,) = rt.db.trials(study)
-        assert trial["state"] == "done"
+        assert trial.state == "done"
         # one process: every hop but the first found its input in memory, or none did
         assert rt.latest.hits == (3 if limit else 0)
-        finals.append(load_checkpoint(rt.store, checkpoint_key(study, trial["id"], 1, 1)).model)
-        replayed = replay_trial(rt, trial["id"])
+        finals.append(load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model)
+        replayed = replay_trial(rt, trial.id)
         for name, tensor in finals[-1].items():
             assert torch.equal(tensor, replayed[name]), name
     for name in finals[0]:

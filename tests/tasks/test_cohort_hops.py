@@ -32,7 +32,7 @@ from hoptune.tasks.worker._messages import (
     parse_cohort,
 )
 from hoptune.tasks.worker._runtime import region_of
-from hoptune.tuner import WorkerRecords
+from hoptune.tuner import HopRecords, WorkerRecords
 
 CONFIGS = [
     {"lr": 0.05, "weight_decay": 0.0, "embedding_dim": 8},
@@ -69,21 +69,21 @@ def assert_as_alone(rt, study: int) -> None:  # noqa: ANN001
     study_row = rt.db.study(study)
     region = region_of(study_row)
     family = get_family(region)
-    validation = rt.validation(study_row["manifest"])
+    validation = rt.validation(study_row.manifest)
     for trial in rt.db.trials(study):
-        epochs = [e for e in rt.db.epochs(trial["id"]) if e["finished_at"] is not None]
+        epochs = [e for e in rt.db.epochs(trial.id) if e.finished_at is not None]
         assert epochs, trial
         for record in epochs:
-            weights = replay_trial(rt, trial["id"], epochs=record["epoch"] + 1)
-            model = family.build(trial["params"], study_row["manifest"]["meta"])
+            weights = replay_trial(rt, trial.id, epochs=record.epoch + 1)
+            model = family.build(trial.params, study_row.manifest["meta"])
             model.load_state_dict(weights)
-            assert float(family.evaluate(model, validation)) == record["metric"], (trial, record)
-        last = epochs[-1]["epoch"]
-        final = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], last,
+            assert float(family.evaluate(model, validation)) == record.metric, (trial, record)
+        last = epochs[-1].epoch
+        final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, last,
                                                          region.shards - 1)).model
-        replayed = replay_trial(rt, trial["id"], epochs=last + 1)
+        replayed = replay_trial(rt, trial.id, epochs=last + 1)
         for name in final:
-            assert torch.equal(replayed[name], final[name]), (trial["id"], name)
+            assert torch.equal(replayed[name], final[name]), (trial.id, name)
 
 
 def test_a_cohort_message_is_parsed_as_strictly_as_a_hop() -> None:
@@ -134,16 +134,16 @@ def test_new_trials_start_as_one_cohort_and_train_as_each_would_alone(make_confi
     run_inline(rt, first, on_hop=lambda r: ran.append(r.skipped or "trained"))
     assert ran.count("trained") == 4 * 3 * 2
     trials = rt.db.trials(study)
-    assert [t["state"] for t in trials] == ["done"] * 4
+    assert [t.state for t in trials] == ["done"] * 4
     # one cohort: every hop of the four trials took the same shard, as one pass
     by_hop = defaultdict(list)
     for trial in trials:
-        for hop in rt.db.hops(trial["id"]):
-            by_hop[hop["epoch"], hop["position"]].append(hop)
+        for hop in HopRecords(rt.db).all(trial.id):
+            by_hop[hop.epoch, hop.position].append(hop)
     assert len(by_hop) == 2 * 3
     for hops in by_hop.values():
-        assert len({h["shard"] for h in hops}) == 1
-        assert len({h["train_seconds"] for h in hops}) == 1  # the fused pass's seconds
+        assert len({h.shard for h in hops}) == 1
+        assert len({h.train_seconds for h in hops}) == 1  # the fused pass's seconds
     assert_as_alone(rt, study)
 
 
@@ -169,8 +169,8 @@ def test_a_redelivered_cohort_trains_no_member_twice(make_config, rt) -> None:
     assert hand_on_cohort(rt, again) == sent  # the successors still wait: the same message
     run_inline(rt, sent)
     for trial in rt.db.trials(study):
-        assert trial["state"] == "done"
-        assert [h["deliveries"] for h in rt.db.hops(trial["id"])] == [2, 1]
+        assert trial.state == "done"
+        assert [h.deliveries for h in HopRecords(rt.db).all(trial.id)] == [2, 1]
     assert_as_alone(rt, study)
 
 
@@ -184,16 +184,16 @@ def test_a_member_no_longer_running_drops_out_and_the_others_are_unchanged(make_
     gone = k["trials"][1]
     assert rt.db.end_trial(gone, "pruned")
     run_inline(rt, hand_on_cohort(rt, reports))
-    states = {t["id"]: t["state"] for t in rt.db.trials(study)}
+    states = {t.id: t.state for t in rt.db.trials(study)}
     assert states == {t: ("pruned" if t == gone else "done") for t in k["trials"]}
     # its next hop was queued with the cohort's before it ended, and never trained
-    assert [h["state"] for h in rt.db.hops(gone)] == ["done", "queued"]
+    assert [h.state for h in HopRecords(rt.db).all(gone)] == ["done", "queued"]
     torch.set_num_threads(1)
     for trial in rt.db.trials(study):
-        if trial["id"] == gone:
+        if trial.id == gone:
             continue
-        final = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], 1, 1)).model
-        replayed = replay_trial(rt, trial["id"])
+        final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model
+        replayed = replay_trial(rt, trial.id)
         for name in final:
             assert torch.equal(replayed[name], final[name]), name
 
@@ -201,8 +201,8 @@ def test_a_member_no_longer_running_drops_out_and_the_others_are_unchanged(make_
 def _passes(rt, trial_id: int, epoch: int) -> list[tuple[int, int, float]]:  # noqa: ANN001
     """(position, shard, train seconds) of each hop of the trial's epoch: a cohort's pass
     gives every member its seconds, so equal rows are one shared pass."""
-    return [(h["position"], h["shard"], h["train_seconds"]) for h in rt.db.hops(trial_id)
-            if h["epoch"] == epoch]
+    return [(h.position, h.shard, h.train_seconds) for h in HopRecords(rt.db).all(trial_id)
+            if h.epoch == epoch]
 
 
 def test_a_trial_filling_a_freed_slot_joins_the_cohort_at_its_epoch_boundary(make_config,
@@ -223,9 +223,9 @@ def test_a_trial_filling_a_freed_slot_joins_the_cohort_at_its_epoch_boundary(mak
     run_inline(rt, first)
 
     trials = rt.db.trials(study)
-    assert [(t["state"], t["epochs_done"]) for t in trials] == [("done", e) for e in epochs]
-    assert rt.db.study(study)["state"] == "done"
-    a, b, c, d, e = (t["id"] for t in trials)
+    assert [(t.state, t.epochs_done) for t in trials] == [("done", e) for e in epochs]
+    assert rt.db.study(study).state == "done"
+    a, b, c, d, e = (t.id for t in trials)
     assert _passes(rt, b, 0) == _passes(rt, c, 0) == _passes(rt, d, 0) == _passes(rt, a, 0)
     for epoch in (0, 1):  # E's epochs in the others' second and third passes
         assert (_passes(rt, e, epoch) == _passes(rt, b, epoch + 1) == _passes(rt, c, epoch + 1)
@@ -296,12 +296,12 @@ def test_a_factory_vmap_cannot_run_trains_unfused_through_the_hop_path(home, rt,
     assert "torch.func.vmap cannot run its forward" in unfused[0]
     assert "cohort_factory:itemizing" in unfused[0]
     trials = rt.db.trials(study)
-    assert [t["state"] for t in trials] == ["done"] * 3
-    assert all(math.isfinite(t["last_metric"]) for t in trials)
+    assert [t.state for t in trials] == ["done"] * 3
+    assert all(math.isfinite(t.last_metric) for t in trials)
     torch.set_num_threads(1)
     for trial in trials:
-        final = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], 1, 1)).model
-        replayed = replay_trial(rt, trial["id"])
+        final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model
+        replayed = replay_trial(rt, trial.id)
         for name in final:
             assert torch.equal(replayed[name], final[name]), name
 
@@ -328,20 +328,20 @@ def test_cohorts_across_two_workers_train_each_trial_as_alone_and_asha_shrinks_t
     start_studies(app, [study])
     follow(rt, app, [study], progress=False, timeout=300)
 
-    assert rt.db.study(study)["state"] == "done"
+    assert rt.db.study(study).state == "done"
     trials = rt.db.trials(study)
     assert len(trials) == 8
     for name in ("lr", "weight_decay", "embedding_dim"):
-        assert len({t["params"][name] for t in trials}) >= 6, name
-    pruned = [t for t in trials if t["state"] == "pruned"]
-    assert pruned and all(t["epochs_done"] < 3 for t in pruned)
-    assert any(t["state"] == "done" and t["epochs_done"] == 3 for t in trials)
+        assert len({t.params[name] for t in trials}) >= 6, name
+    pruned = [t for t in trials if t.state == "pruned"]
+    assert pruned and all(t.epochs_done < 3 for t in pruned)
+    assert any(t.state == "done" and t.epochs_done == 3 for t in trials)
     passes = defaultdict(list)  # one pass: its shard, worker and seconds, shared
     for trial in trials:
-        for hop in rt.db.hops(trial["id"]):
-            if hop["state"] == "done":
-                passes[hop["epoch"], hop["position"], hop["shard"], hop["worker"],
-                       hop["train_seconds"]].append(trial["id"])
+        for hop in HopRecords(rt.db).all(trial.id):
+            if hop.state == "done":
+                passes[hop.epoch, hop.position, hop.shard, hop.worker,
+                       hop.train_seconds].append(trial.id)
     first = sorted(len(ids) for (epoch, position, *_), ids in passes.items()
                    if (epoch, position) == (0, 0))
     assert first == [4, 4]  # two cohorts of four, one on each worker
@@ -376,9 +376,9 @@ def test_on_one_real_worker_a_trial_filling_a_freed_slot_trains_in_the_cohorts_n
     start_studies(app, [study])
     follow(rt, app, [study], progress=False, timeout=300)
 
-    assert rt.db.study(study)["state"] == "done"
-    a, b, c, d = (t["id"] for t in rt.db.trials(study))
-    assert [t["epochs_done"] for t in rt.db.trials(study)] == [1, 2, 2, 2]
+    assert rt.db.study(study).state == "done"
+    a, b, c, d = (t.id for t in rt.db.trials(study))
+    assert [t.epochs_done for t in rt.db.trials(study)] == [1, 2, 2, 2]
     assert _passes(rt, a, 0) == _passes(rt, b, 0) == _passes(rt, c, 0)
     assert _passes(rt, d, 0) == _passes(rt, b, 1) == _passes(rt, c, 1)
     assert_as_alone(rt, study)

@@ -6,7 +6,7 @@ from hoptune.core import Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import create_study, run_inline, tune_step
 from hoptune.tasks.plan._costs import parameter_count, recorded_observations
-from hoptune.tuner import CostKey, WorkerRecords, fit_costs
+from hoptune.tuner import CostKey, HopRecords, WorkerRecords, fit_costs
 
 
 def test_every_trained_hop_is_one_observation_keyed_by_its_worker(make_config, rt) -> None:
@@ -20,12 +20,13 @@ def test_every_trained_hop_is_one_observation_keyed_by_its_worker(make_config, r
     run_inline(rt, tune_step(rt, study))
     record = rt.db.study(study)
     observations = recorded_observations(rt.db)
-    hops = [h for t in rt.db.trials(study) for h in rt.db.hops(t["id"])]
+    hops = [h for t in rt.db.trials(study) for h in HopRecords(rt.db).all(t.id)]
     assert len(observations) == len(hops) == 2 * 2 * 2  # trials x epochs x shards
     assert {o.key for o in observations} == {CostKey("rating_mf", "cpu", "small")}
-    assert sorted(o.rows for o in observations) == sorted(h["samples"] for h in hops)
+    assert sorted(o.rows for o in observations) == sorted(h.samples for h in hops)
     assert {o.batch_size for o in observations} == {64}
-    sizes = {parameter_count(record, t["params"]) for t in rt.db.trials(study)}
+    sizes = {parameter_count(record.region_config, record.manifest, t.params)
+             for t in rt.db.trials(study)}
     assert {o.parameters for o in observations} == sizes and len(sizes) == 2
     assert all(o.seconds > 0 for o in observations)
     (cost,) = fit_costs(observations).values()
@@ -64,15 +65,15 @@ def test_a_models_parameter_count_is_built_once_a_process(make_config, rt) -> No
 
     region = load_config(make_config()).region("north")
     manifest = ingest(region, Store(rt.settings.store_url)).manifest
-    study = {"region_config": region.model_dump(mode="json"), "manifest": manifest}
+    config = region.model_dump(mode="json")
     _parameter_count.cache_clear()
-    small = parameter_count(study, {**region.params, "embedding_dim": 4})
-    large = parameter_count(study, {**region.params, "embedding_dim": 8})
+    small = parameter_count(config, manifest, {**region.params, "embedding_dim": 4})
+    large = parameter_count(config, manifest, {**region.params, "embedding_dim": 8})
     assert small < large and _parameter_count.cache_info().misses == 2
     # the same params again, in another order or as numpy scalars: no second build
     again = {"embedding_dim": np.int64(8), **{k: v for k, v in region.params.items()
                                               if k != "embedding_dim"}}
-    assert parameter_count(study, again) == large
+    assert parameter_count(config, manifest, again) == large
     assert _parameter_count.cache_info().misses == 2
 
 
@@ -91,10 +92,10 @@ def test_a_cohort_pass_is_no_hops_cost_but_a_trial_that_trained_alone_is(make_co
     study = create_study(rt, region, manifest=manifest,
                          configs=[{"lr": 0.03, "epochs": 1}, {"lr": 0.01}])
     run_inline(rt, tune_step(rt, study))
-    a, b = (rt.db.hops(t["id"]) for t in rt.db.trials(study))
+    a, b = (HopRecords(rt.db).all(t.id) for t in rt.db.trials(study))
     # epoch 0: one pass per shard for both trials; epoch 1: the second trial alone
-    assert [h["train_seconds"] for h in a] == [h["train_seconds"] for h in b[:2]]
+    assert [h.train_seconds for h in a] == [h.train_seconds for h in b[:2]]
     alone = b[2:]
     observations = recorded_observations(rt.db)
     assert len(observations) == len(alone) == 2
-    assert sorted(o.rows for o in observations) == sorted(h["samples"] for h in alone)
+    assert sorted(o.rows for o in observations) == sorted(h.samples for h in alone)

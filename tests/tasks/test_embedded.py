@@ -154,7 +154,7 @@ def test_the_demo_runs_on_the_embedded_default(folder: Path) -> None:
             region, int(number), None)
         assert f"{card['metric']:.4f}" == rmse
         (study,) = db.studies(region)
-        assert study["state"] == "done" and card["study_id"] == study["id"]
+        assert study.state == "done" and card["study_id"] == study.id
         assert (version / "weights.pt").is_file()
     db.dispose()
     assert_nothing_left(folder, watcher.seen)
@@ -169,8 +169,8 @@ def test_tune_with_local_workers_runs_on_the_embedded_default(folder: Path, make
     assert done.stdout.startswith("north: study 1, 2 trials, 2 at a time")
     db = StudyDB(f"sqlite:///{folder / '.hoptune' / 'studies.db'}", create=False)
     (study,) = db.studies("north")
-    assert study["state"] == "done"
-    assert {t["state"] for t in db.trials(study["id"])} <= {"done", "pruned"}
+    assert study.state == "done"
+    assert {t.state for t in db.trials(study.id)} <= {"done", "pruned"}
     db.dispose()
     assert_nothing_left(folder, watcher.seen)
 

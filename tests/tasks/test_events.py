@@ -17,6 +17,7 @@ from hoptune.core import Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import app, create_study
 from hoptune.tasks.cli._follow import follow, start_studies
+from hoptune.tuner import HopRecords
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,7 @@ def test_every_hop_sends_a_progress_event_with_its_fields(make_config, rt, clust
                              configs=[{"lr": 0.02}, {"lr": 0.05}])
         start_studies(app, [study])
         follow(rt, app, [study], progress=False, timeout=180)
-        hops = rt.db.hops(study_id=study)
+        hops = HopRecords(rt.db).all(study_id=study)
         assert len(hops) == 2 * 2 * 2
         _wait(lambda: len(log.of_type("task-progress")) >= len(hops), 30,
               "a progress event per hop")
@@ -78,9 +79,9 @@ def test_every_hop_sends_a_progress_event_with_its_fields(make_config, rt, clust
     assert len(progress) == len(hops)
     seen = {(e["trial"], e["epoch"], e["shard"]): e for e in progress}
     for hop in hops:
-        event = seen[(hop["trial_id"], hop["epoch"], hop["shard"])]
+        event = seen[(hop.trial_id, hop.epoch, hop.shard)]
         assert (event["region"], event["study"]) == ("north", study)
-        assert event["hostname"] == hop["worker"]
-        assert event["samples"] == hop["samples"] > 0
-        assert event["loss"] == pytest.approx(hop["loss"])
+        assert event["hostname"] == hop.worker
+        assert event["samples"] == hop.samples > 0
+        assert event["loss"] == pytest.approx(hop.loss)
         assert event["samples_per_s"] > 0

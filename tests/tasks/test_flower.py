@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from hoptune.tuner import HopRecords
+
 USER, PASSWORD = "ops", "hop-secret-1"
 CREDENTIAL_VARIABLES = ("HOPTUNE_FLOWER_USER", "HOPTUNE_FLOWER_PASSWORD", "FLOWER_BASIC_AUTH")
 
@@ -140,8 +142,8 @@ def test_flower_shows_the_hops_of_a_study_behind_basic_auth(make_config, rt, clu
                          configs=[{"lr": 0.02}, {"lr": 0.05, "embedding_dim": 4}])
     start_studies(app, [study])
     follow(rt, app, [study], progress=False, timeout=120)
-    expected = {("north", study, h["trial_id"], h["epoch"], h["position"], h["shard"]):
-                ("SUCCESS", h["worker"]) for h in rt.db.hops(study_id=study)}
+    expected = {("north", study, h.trial_id, h.epoch, h.position, h.shard):
+                ("SUCCESS", h.worker) for h in HopRecords(rt.db).all(study_id=study)}
     assert len(expected) == 2 * 2
 
     deadline = time.monotonic() + 20  # the last events may reach Flower after the study ends

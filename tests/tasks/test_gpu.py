@@ -16,6 +16,7 @@ from hoptune.tasks.cli._cluster import LocalCluster
 from hoptune.tasks.cli._follow import follow, start_studies
 from hoptune.tasks.worker._device import worker_device
 from hoptune.tasks.worker._info import describe_workers
+from hoptune.tuner import HopRecords
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -37,7 +38,7 @@ def test_two_workers_hop_on_one_gpu_and_replay_bitwise(make_config, home, redis_
                              configs=[{"lr": 0.02}, {"lr": 0.05, "embedding_dim": 4}])
         start_studies(app, [study])
         follow(rt, app, [study], progress=False, timeout=300)
-        assert rt.db.study(study)["state"] == "done"
+        assert rt.db.study(study).state == "done"
         seen = describe_workers(app)
         assert {row["worker"] for row in seen} == set(workers.names)
         for row in seen:
@@ -45,9 +46,10 @@ def test_two_workers_hop_on_one_gpu_and_replay_bitwise(make_config, home, redis_
             assert "FusedAdamW CuPy kernel" in row["kernels"], row
             assert "not trusted" not in row["kernels"], row
         for trial in rt.db.trials(study):
-            assert len({h["worker"] for h in rt.db.hops(trial["id"])}) == 2  # the model moved
-            replayed = replay_trial(rt, trial["id"])
-            final = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], 1, 1),
+            hops = HopRecords(rt.db).all(trial.id)
+            assert len({h.worker for h in hops}) == 2  # the model moved
+            replayed = replay_trial(rt, trial.id)
+            final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1),
                                     device).model
             for name in final:
                 assert final[name].device == device

@@ -101,16 +101,16 @@ def test_two_nights_promote_only_where_the_metric_improved(make_config, rt, clus
     run2 = records.runs()[-1]
     assert run2["state"] == "done" and run2["id"] != run1["id"]
     rows = {r["region"]: r for r in records.regions(run2["id"])}
-    east = rt.db.study(rows["east"]["study_id"])["promotion"]
+    east = rt.db.study(rows["east"]["study_id"]).promotion
     east_state = "promoted" if east["challenger_metric"] < east["champion_metric"] else "kept"
     assert {name: (r["state"], r["ingested"]) for name, r in rows.items()} == {
         "north": ("promoted", 0), "south": ("kept", 0), "east": (east_state, 1)}
     decisions = {}
     for name, row in rows.items():
         study = rt.db.study(row["study_id"])
-        parent = rt.db.study(study["parent_id"])  # warm-started from the first night
-        assert parent["nightly_run_id"] == run1["id"] and parent["region"] == name
-        decisions[name] = study["promotion"]
+        parent = rt.db.study(study.parent_id)  # warm-started from the first night
+        assert parent.nightly_run_id == run1["id"] and parent.region == name
+        decisions[name] = study.promotion
         assert decisions[name]["champion"] == "v0001"
 
     # north: the challenger beat the champion on the same validation data
@@ -126,7 +126,7 @@ def test_two_nights_promote_only_where_the_metric_improved(make_config, rt, clus
     assert decisions["south"]["challenger_metric"] >= decisions["south"]["champion_metric"]
     # east: new data; the champion is re-scored on its new validation rows through its own
     # id maps, and the better of the two is the champion
-    assert east["compared_on"]["data_hash"] == rt.db.study(rows["east"]["study_id"])["data_hash"]
+    assert east["compared_on"]["data_hash"] == rt.db.study(rows["east"]["study_id"]).data_hash
     assert champion(store, "east") == ("v0002" if east_state == "promoted" else "v0001")
 
     models = hoptune(home, redis_url, "models")

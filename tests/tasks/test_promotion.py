@@ -10,10 +10,10 @@ from hoptune.core import Store
 from hoptune.regions import decode_validation, ingest, load_config
 from hoptune.tasks import create_study, run_inline
 from hoptune.tasks.worker._messages import tune_step_dispatch
-from hoptune.tuner import champion_card, load_predictor
+from hoptune.tuner import StudyRow, champion_card, load_predictor
 
 
-def _night(rt, region, configs) -> dict:  # noqa: ANN001
+def _night(rt, region, configs) -> StudyRow:  # noqa: ANN001
     manifest = ingest(region, Store(rt.settings.store_url)).manifest
     study = create_study(rt, region, manifest=manifest, configs=configs)
     run_inline(rt, [tune_step_dispatch(study)])
@@ -34,16 +34,16 @@ def test_new_users_and_items_the_champion_is_compared_on_the_same_new_rows(
     path = make_config(epochs=2, rows=3000)
     region = load_config(path).region("north")
     first = _night(rt, region, [{"lr": 0.05, "embedding_dim": 8}])
-    assert first["promotion"]["version"] == "v0001"
+    assert first.promotion["version"] == "v0001"
 
     _add_newcomers(home / "data" / "north.csv")
     good = _night(rt, region, [{"lr": 0.05, "embedding_dim": 8}])
-    manifest = good["manifest"]
+    manifest = good.manifest
     rows = decode_validation(rt.store, manifest, region)
     old_ids = set(load_predictor(rt.store, "north", "v0001").ids["user"])
     assert (~rows["user_id"].isin(old_ids)).sum() > 0  # the new rows hold users v0001 never saw
 
-    decision = good["promotion"]
+    decision = good.promotion
     # the champion's metric: its own id maps on the new validation rows, fallback for newcomers
     held = load_predictor(rt.store, "north", "v0001").score(rows)
     assert decision["champion"] == "v0001" and decision["champion_metric"] == held
@@ -57,7 +57,7 @@ def test_new_users_and_items_the_champion_is_compared_on_the_same_new_rows(
     # a much worse challenger on the same rows is not promoted, and both metrics are recorded
     champion_before = champion_card(rt.store, "north")["version"]
     worse = _night(rt, region, [{"lr": 1e-5, "embedding_dim": 4, "epochs": 1}])
-    decision = worse["promotion"]
+    decision = worse.promotion
     assert not decision["promoted"]
     assert decision["champion"] == champion_before
     assert decision["challenger_metric"] > decision["champion_metric"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from hoptune.core import Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import checkpoint_key, create_study, run_hop, run_inline, tune_step
+from hoptune.tuner import HopRecords
 
 MAX_REDELIVERIES = 2
 
@@ -28,7 +29,7 @@ def _die_mid_hop(rt, hop: dict, times: int) -> None:  # noqa: ANN001
     from hoptune.tuner import utcnow
 
     for i in range(times):  # each a worker process with no heartbeat: gone
-        rt.db.claim_hop(hop["trial"], hop["epoch"], hop["position"], hop["shard"],
+        HopRecords(rt.db).claim(hop["trial"], hop["epoch"], hop["position"], hop["shard"],
                         worker=f"dead{i}@h", holder=f"dead{i}@h/1/x", live_after=utcnow())
 
 
@@ -37,9 +38,9 @@ def test_a_hop_interrupted_up_to_the_cap_still_trains(make_config, rt) -> None:
     _die_mid_hop(rt, hop, MAX_REDELIVERIES)
     report = run_hop(rt, hop["trial"], hop["epoch"], hop["position"])
     assert report.trained and report.skipped is None
-    assert rt.db.hops(hop["trial"])[0]["interrupted"] == MAX_REDELIVERIES
+    assert HopRecords(rt.db).all(hop["trial"])[0].interrupted == MAX_REDELIVERIES
     run_inline(rt, report.dispatch)
-    assert rt.db.trial(hop["trial"])["state"] == "done"
+    assert rt.db.trial(hop["trial"]).state == "done"
 
 
 def test_redeliveries_past_the_cap_fail_the_trial_with_the_reason(make_config, rt) -> None:
@@ -48,17 +49,17 @@ def test_redeliveries_past_the_cap_fail_the_trial_with_the_reason(make_config, r
     report = run_hop(rt, hop["trial"], hop["epoch"], hop["position"])
     assert not report.trained
     trial = rt.db.trial(hop["trial"])
-    assert trial["state"] == "failed"
-    assert trial["failure"].startswith(
+    assert trial.state == "failed"
+    assert trial.failure.startswith(
         f"hop epoch 0 position 0 (shard {hop['shard']}) was interrupted 3 times "
         f"(max_redeliveries=2); last on worker dead2@h")
-    assert report.skipped == trial["failure"]
+    assert report.skipped == trial.failure
     assert not rt.store.exists(checkpoint_key(study, hop["trial"], 0, 0))  # nothing trained
     # the freed slot goes back to the study, which ends: its only trial failed
     assert [d.task for d in report.dispatch] == ["hoptune.tune_step"]
     run_inline(rt, report.dispatch)
     record = rt.db.study(study)
-    assert record["state"] == "failed" and record["failure"] == "every trial failed"
+    assert record.state == "failed" and record.failure == "every trial failed"
 
 
 def test_an_undecided_epoch_whose_last_checkpoint_is_truncated_runs_that_hop_again(
@@ -84,6 +85,6 @@ def test_an_undecided_epoch_whose_last_checkpoint_is_truncated_runs_that_hop_aga
     assert [(d.task, d.kwargs["epoch"], d.kwargs["position"]) for d in again.dispatch] == [
         ("hoptune.hop", 0, 1)]
     assert list(path.parent.glob(f"{path.name}.unreadable-*"))
-    assert rt.db.hop(hop["trial"], 0, 1)["state"] == "queued"
+    assert HopRecords(rt.db).get(hop["trial"], 0, 1).state == "queued"
     run_inline(rt, again.dispatch)
-    assert rt.db.trial(hop["trial"])["state"] == "done"
+    assert rt.db.trial(hop["trial"]).state == "done"

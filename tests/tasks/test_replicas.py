@@ -16,6 +16,7 @@ from hoptune.regions import ingest, load_config
 from hoptune.tasks import app, create_study
 from hoptune.tasks.cli._cluster import LocalCluster
 from hoptune.tasks.cli._follow import follow, start_studies
+from hoptune.tuner import HopRecords
 
 pytestmark = pytest.mark.integration
 
@@ -37,15 +38,15 @@ def test_two_workers_on_one_shards_queues_share_its_hops(make_config, rt, redis_
     finally:
         replicas.stop()
 
-    assert rt.db.study(study)["state"] == "done"
+    assert rt.db.study(study).state == "done"
     trials = rt.db.trials(study)
-    assert len(trials) == 4 and {t["state"] for t in trials} <= {"done", "pruned"}
-    hops = rt.db.hops(study_id=study)
+    assert len(trials) == 4 and {t.state for t in trials} <= {"done", "pruned"}
+    hops = HopRecords(rt.db).all(study_id=study)
     for trial in trials:
-        mine = [h for h in hops if h["trial_id"] == trial["id"]]
-        per_epoch = Counter((h["epoch"], h["shard"]) for h in mine)
-        assert per_epoch == Counter((e, k) for e in range(trial["epochs_done"]) for k in (0, 1))
+        mine = [h for h in hops if h.trial_id == trial.id]
+        per_epoch = Counter((h.epoch, h.shard) for h in mine)
+        assert per_epoch == Counter((e, k) for e in range(trial.epochs_done) for k in (0, 1))
     # every hop trained once, by one delivery: replicas never took the same message
-    assert {(h["state"], h["deliveries"], h["interrupted"]) for h in hops} == {("done", 1, 0)}
+    assert {(h.state, h.deliveries, h.interrupted) for h in hops} == {("done", 1, 0)}
     # and both replicas took their share of the queues
-    assert set(Counter(h["worker"] for h in hops)) == set(replicas.names)
+    assert set(Counter(h.worker for h in hops)) == set(replicas.names)

@@ -18,6 +18,7 @@ from celery import Celery
 
 from hoptune.tasks.cli._cluster import LocalCluster
 from hoptune.tasks.worker._broker import EmbeddedRedis, redis_client
+from hoptune.tuner import HopRecords
 
 pytestmark = pytest.mark.integration
 
@@ -71,10 +72,10 @@ def test_study_survives_killing_workers_command_and_redis(make_config, rt, home)
 
             def mid_study() -> bool:
                 studies = rt.db.studies()
-                return bool(studies) and rt.db.hops_done(studies[0]["id"]) >= 5
+                return bool(studies) and HopRecords(rt.db).done_count(studies[0].id) >= 5
             _wait(mid_study, 120, "the study to get going")
             (study,) = rt.db.studies()
-            assert study["state"] == "running"
+            assert study.state == "running"
 
             # everything dies at once; the broker comes back without a single message
             redis_pid = servers[0].process.pid
@@ -93,8 +94,8 @@ def test_study_survives_killing_workers_command_and_redis(make_config, rt, home)
             assert redis_client(url, 5.0).dbsize() == 0
         finally:
             workers.stop()
-        before = {t["id"]: t for t in rt.db.trials(study["id"])}
-        assert any(t["state"] == "running" for t in before.values())  # work was in flight
+        before = {t.id: t for t in rt.db.trials(study.id)}
+        assert any(t.state == "running" for t in before.values())  # work was in flight
 
         workers = _workers(servers[-1], home)
         try:
@@ -103,28 +104,28 @@ def test_study_survives_killing_workers_command_and_redis(make_config, rt, home)
         finally:
             workers.stop()
         assert resumed.returncode == 0, output
-        assert f"resuming study {study['id']}" in output
+        assert f"resuming study {study.id}" in output
 
-        record = rt.db.study(study["id"])
-        assert record["state"] == "done"
+        record = rt.db.study(study.id)
+        assert record.state == "done"
         assert len(rt.db.studies()) == 1
-        trials = rt.db.trials(study["id"])
-        assert [t["number"] for t in trials] == list(range(6))  # budget spent, none lost
-        assert len({tuple(sorted(t["params"].items())) for t in trials}) == 6  # none twice
-        assert set(before) <= {t["id"] for t in trials}
+        trials = rt.db.trials(study.id)
+        assert [t.number for t in trials] == list(range(6))  # budget spent, none lost
+        assert len({tuple(sorted(t.params.items())) for t in trials}) == 6  # none twice
+        assert set(before) <= {t.id for t in trials}
         for t in trials:
-            assert t["state"] in ("done", "pruned"), t
-            epochs = rt.db.epochs(t["id"])
-            assert [e["epoch"] for e in epochs] == list(range(t["epochs_done"]))
-            assert all(e["metric"] is not None for e in epochs)
-            if t["state"] == "done":
-                assert t["epochs_done"] == 3
-            hops = rt.db.hops(t["id"])
-            assert all(h["state"] == "done" for h in hops)
-            per_epoch = Counter(h["epoch"] for h in hops)
-            assert all(per_epoch[e["epoch"]] == 2 for e in epochs)
+            assert t.state in ("done", "pruned"), t
+            epochs = rt.db.epochs(t.id)
+            assert [e.epoch for e in epochs] == list(range(t.epochs_done))
+            assert all(e.metric is not None for e in epochs)
+            if t.state == "done":
+                assert t.epochs_done == 3
+            hops = HopRecords(rt.db).all(t.id)
+            assert all(h.state == "done" for h in hops)
+            per_epoch = Counter(h.epoch for h in hops)
+            assert all(per_epoch[e.epoch] == 2 for e in epochs)
             for e in epochs:
-                assert sorted(h["shard"] for h in hops if h["epoch"] == e["epoch"]) == [0, 1]
+                assert sorted(h.shard for h in hops if h.epoch == e.epoch) == [0, 1]
 
 
 def test_resuming_leaves_alone_the_trials_a_live_worker_is_running(make_config, rt, cluster,
@@ -141,15 +142,15 @@ def test_resuming_leaves_alone_the_trials_a_live_worker_is_running(make_config, 
     cluster({"north": 2}, workers=2)
     study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.01}])
     start_studies(app, [study])
-    _wait(lambda: any(h["state"] == "running" for h in rt.db.hops(study_id=study)), 60,
+    _wait(lambda: any(h.state == "running" for h in HopRecords(rt.db).all(study_id=study)), 60,
           "a hop to start")
     (trial,) = rt.db.trials(study)
     # the hop's holder beats: a resuming sweep sends nothing behind a live worker's back
-    running = [h for h in rt.db.hops(study_id=study) if h["state"] == "running"]
+    running = [h for h in HopRecords(rt.db).all(study_id=study) if h.state == "running"]
     sent = {(d.kwargs["epoch"], d.kwargs["position"])
             for d in sweep(rt, app, study, resend_after=0.0) if d.task == "hoptune.hop"}
-    assert running and all((h["epoch"], h["position"]) not in sent for h in running
-                           if rt.db.hop(trial["id"], h["epoch"], h["position"])["state"]
+    assert running and all((h.epoch, h.position) not in sent for h in running
+                           if HopRecords(rt.db).get(trial.id, h.epoch, h.position).state
                            == "running")
-    assert all(h["holder"] is not None and h["interrupted"] == 0 for h in running)
-    assert rt.db.trial(trial["id"])["state"] == "running"
+    assert all(h.holder is not None and h.interrupted == 0 for h in running)
+    assert rt.db.trial(trial.id).state == "running"

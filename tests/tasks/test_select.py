@@ -33,8 +33,8 @@ def _study(make_config, rt, select: str):  # noqa: ANN001, ANN202
 def test_the_champion_is_the_selected_epochs_weights(make_config, rt, select, epoch) -> None:
     region, study, per_epoch = _study(make_config, rt, select)
     (trial,) = rt.db.trials(study)
-    assert [e["metric"] for e in rt.db.epochs(trial["id"])] == [per_epoch, 0, per_epoch]
-    assert rt.db.study(study)["promotion"]["challenger_metric"] == (0 if select == "best"
+    assert [e.metric for e in rt.db.epochs(trial.id)] == [per_epoch, 0, per_epoch]
+    assert rt.db.study(study).promotion["challenger_metric"] == (0 if select == "best"
                                                                    else per_epoch)
     card = champion_card(rt.store, "north")
     assert (card["select"], card["selected_epoch"]) == (select, epoch)
@@ -42,6 +42,6 @@ def test_the_champion_is_the_selected_epochs_weights(make_config, rt, select, ep
     assert int(weights["batches"]) == (epoch + 1) * per_epoch
     # what the ended trial kept: its final weights and, for "best", its best epoch's
     kept = sorted(k.rsplit("/", 1)[1] for k in
-                  rt.store.list(f"checkpoints/study-{study}/trial-{trial['id']}"))
+                  rt.store.list(f"checkpoints/study-{study}/trial-{trial.id}"))
     ends = [f"e{e:04d}-p{region.shards - 1:04d}.pt" for e in sorted({epoch, 2})]
     assert kept == ends

@@ -74,11 +74,11 @@ def test_a_cold_start_proposes_in_the_command_and_a_warm_one_sends_a_tune_step(
     cold = create_study(rt, region, manifest=ingest(region, rt.store).manifest)
     sent = first_step(rt, cold, workers_starting=True)
     trials = rt.db.trials(cold)
-    assert [t["state"] for t in trials] == ["running", "running"]  # the parallel limit
-    assert sorted(d.kwargs["trial"] for d in sent) == sorted(t["id"] for t in trials)
+    assert [t.state for t in trials] == ["running", "running"]  # the parallel limit
+    assert sorted(d.kwargs["trial"] for d in sent) == sorted(t.id for t in trials)
     assert {d.task for d in sent} == {"hoptune.hop"}
     for d in sent:  # each trial's first hop goes to the queue of its first shard
-        order = rt.db.epoch(d.kwargs["trial"], 0)["visit_order"]
+        order = rt.db.epoch(d.kwargs["trial"], 0).visit_order
         assert d.queue == hop_queue("north", order[0])
 
 

@@ -38,20 +38,20 @@ def test_each_trial_trains_with_its_own_batch_size_optimizer_and_epochs(make_con
     study = create_study(rt, region, manifest=manifest)
     run_inline(rt, [tune_step_dispatch(study)])
     trials = rt.db.trials(study)
-    assert len(trials) == 6 and all(t["state"] in ("done", "pruned") for t in trials)
-    assert len({t["params"]["batch_size"] for t in trials}) > 1
-    assert {t["params"]["optimizer"] for t in trials} == {"adamw", "fused_sgd"}
+    assert len(trials) == 6 and all(t.state in ("done", "pruned") for t in trials)
+    assert len({t.params["batch_size"] for t in trials}) > 1
+    assert {t.params["optimizer"] for t in trials} == {"adamw", "fused_sgd"}
     shard_rows = manifest["rows"]
     for t in trials:
-        params = t["params"]
-        if t["state"] == "done":  # a finished trial ran exactly its own epochs
-            assert t["epochs_done"] == params["epochs"]
-        assert t["epochs_done"] <= params["epochs"]
-        final = load_checkpoint(rt.store, checkpoint_key(study, t["id"], t["epochs_done"] - 1,
+        params = t.params
+        if t.state == "done":  # a finished trial ran exactly its own epochs
+            assert t.epochs_done == params["epochs"]
+        assert t.epochs_done <= params["epochs"]
+        final = load_checkpoint(rt.store, checkpoint_key(study, t.id, t.epochs_done - 1,
                                                          region.shards - 1))
         # the model counted its batches: ceil(rows / batch_size) per shard, per epoch
         per_epoch = sum(math.ceil(rows / params["batch_size"]) for rows in shard_rows)
-        assert int(final.model["batches"]) == per_epoch * t["epochs_done"]
+        assert int(final.model["batches"]) == per_epoch * t.epochs_done
         assert int(final.model["largest_batch"]) == min(params["batch_size"], max(shard_rows))
         group = final.optimizer["param_groups"][0]
         assert ("betas" in group) == (params["optimizer"] == "adamw")

@@ -52,25 +52,25 @@ def test_the_example_factory_trains_and_is_judged_by_its_own_mae(home, rt, redis
         cluster.stop()
 
     record = rt.db.study(study)
-    assert record["state"] == "done" and record["minimize"]
-    assert record["promotion"]["promoted"], record["promotion"]
+    assert record.state == "done" and record.minimize
+    assert record.promotion["promoted"], record.promotion
     from examples.mae_rating import build
 
     validation = rt.validation(manifest)
     for trial in rt.db.trials(study):
-        assert trial["state"] in ("done", "pruned"), trial["failure"]
-        epochs = rt.db.epochs(trial["id"])
-        last = load_checkpoint(rt.store, checkpoint_key(study, trial["id"], len(epochs) - 1,
+        assert trial.state in ("done", "pruned"), trial.failure
+        epochs = rt.db.epochs(trial.id)
+        last = load_checkpoint(rt.store, checkpoint_key(study, trial.id, len(epochs) - 1,
                                                         region.shards - 1))
-        objective = build({**trial["params"]}, manifest["meta"])
+        objective = build({**trial.params}, manifest["meta"])
         objective.model.load_state_dict(last.model)
         objective.model.eval().requires_grad_(False)
         # the recorded metric is the factory's own MAE of those weights on the validation rows
         # (a float64 mean of a few hundred rows: any difference is summation order, <1e-12)
-        assert epochs[-1]["metric"] == pytest.approx(objective.metric(objective.model, validation),
+        assert epochs[-1].metric == pytest.approx(objective.metric(objective.model, validation),
                                                      rel=1e-12)
     card = Store(rt.settings.store_url).read_json(
-        f"models/ratings/{record['promotion']['version']}/card.json")
+        f"models/ratings/{record.promotion['version']}/card.json")
     assert card["metric_name"] == "mae" and card["minimize"] is True
 
 

@@ -38,8 +38,8 @@ def test_two_tune_steps_at_once_never_overfill_or_propose_twice(make_config, bac
         t.join()
     trials = rt.db.trials(study)
     assert len(trials) == 3  # the parallel limit, not 6
-    assert sum(t["state"] == "running" for t in trials) == 3
-    assert len({tuple(sorted(t["params"].items())) for t in trials}) == 3
+    assert sum(t.state == "running" for t in trials) == 3
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 3
     assert len(results[0]) + len(results[1]) == 3  # one first hop per started trial
     # once more, with every slot taken: nothing new
     assert tune_step(rt, study) == []
@@ -53,33 +53,33 @@ def test_a_study_spends_its_budget_and_prunes_at_the_rungs(make_config, rt) -> N
     study = create_study(rt, region, manifest=manifest)
     run_inline(rt, [tune_step_dispatch(study)])
     record = rt.db.study(study)
-    assert record["state"] == "done"
+    assert record.state == "done"
     trials = rt.db.trials(study)
     assert len(trials) == 8
-    assert len({tuple(sorted(t["params"].items())) for t in trials}) == 8
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 8
     pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=4)
     rungs = pruner.rungs()
-    pruned = [t for t in trials if t["state"] == "pruned"]
-    done = [t for t in trials if t["state"] == "done"]
+    pruned = [t for t in trials if t.state == "pruned"]
+    done = [t for t in trials if t.state == "done"]
     assert pruned and done
     for t in done:
-        assert t["epochs_done"] == 4
-        assert [e["epoch"] for e in rt.db.epochs(t["id"])] == [0, 1, 2, 3]
+        assert t.epochs_done == 4
+        assert [e.epoch for e in rt.db.epochs(t.id)] == [0, 1, 2, 3]
     for t in pruned:
-        assert t["epochs_done"] in rungs  # stopped right after a rung
-        epochs = rt.db.epochs(t["id"])
-        at_rung = epochs[-1]["metric"]
+        assert t.epochs_done in rungs  # stopped right after a rung
+        epochs = rt.db.epochs(t.id)
+        at_rung = epochs[-1].metric
         # the trials that went on past that rung scored better there than the pruned one
-        went_on = [rt.db.epochs(o["id"])[t["epochs_done"] - 1]["metric"] for o in trials
-                   if o["epochs_done"] > t["epochs_done"]]
+        went_on = [rt.db.epochs(o.id)[t.epochs_done - 1].metric for o in trials
+                   if o.epochs_done > t.epochs_done]
         assert went_on and min(went_on) < at_rung
-    best = rt.db.trial(record["best_trial_id"])
-    assert best["last_metric"] == min(t["last_metric"] for t in done)
+    best = rt.db.trial(record.best_trial_id)
+    assert best.last_metric == min(t.last_metric for t in done)
     # each trial carries the work of the tune_step that recorded it, one figure per step
     steps: dict = {}
     for t in trials:
-        assert t["proposal_seconds"] > 0
-        steps.setdefault(t["created_at"], set()).add(t["proposal_seconds"])
+        assert t.proposal_seconds > 0
+        steps.setdefault(t.created_at, set()).add(t.proposal_seconds)
     assert len(steps) < len(trials) and all(len(v) == 1 for v in steps.values())
 
 
@@ -109,7 +109,7 @@ def test_a_warm_started_study_proposes_from_the_good_region(make_config, rt) -> 
     tune_step(rt, cold)
 
     def distance(study: int) -> list[float]:
-        return [abs(math.log10(t["params"]["lr"]) - math.log10(0.02))
+        return [abs(math.log10(t.params["lr"]) - math.log10(0.02))
                 for t in rt.db.trials(study)]
 
     assert len(distance(warm)) == 4
@@ -167,5 +167,5 @@ def test_opening_a_study_twice_resumes_the_running_one(make_config, backend) -> 
     assert open_study(rt, config, config.region("north")) == (first, True)
     other, resumed = open_study(rt, config, config.region("south"))
     assert other != first and resumed is False
-    assert [(s["region"], s["budget"]) for s in rt.db.studies()] == [("north", 3), ("south", 4)]
+    assert [(s.region, s.budget) for s in rt.db.studies()] == [("north", 3), ("south", 4)]
     rt.db.dispose()

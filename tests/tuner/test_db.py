@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from hoptune.core import StudyError
-from hoptune.tuner import StudyDB, WorkerRecords, utcnow
+from hoptune.tuner import HopRecords, StudyDB, WorkerRecords, utcnow
 
 
 def _study(db: StudyDB, **kw: object) -> int:
@@ -21,10 +21,10 @@ def _study(db: StudyDB, **kw: object) -> int:
 def test_study_round_trip(db: StudyDB) -> None:
     sid = _study(db, space={"lr": {"type": "real"}})
     study = db.study(sid)
-    assert study["region"] == "north" and study["state"] == "running"
-    assert study["space"] == {"lr": {"type": "real"}}
-    assert study["created_at"].tzinfo is not None
-    assert db.latest_study("north")["id"] == sid
+    assert study.region == "north" and study.state == "running"
+    assert study.space == {"lr": {"type": "real"}}
+    assert study.created_at.tzinfo is not None
+    assert db.latest_study("north").id == sid
     with pytest.raises(StudyError, match="no study 999"):
         db.study(999)
 
@@ -36,45 +36,45 @@ def test_trial_epoch_and_hop_lifecycle(db: StudyDB) -> None:
     assert (order, created) == ([1, 0], True)
     # a second request replays the recorded order and creates nothing
     assert db.start_epoch(tid, 0, [0, 1]) == ([1, 0], False)
-    assert db.trial(tid)["state"] == "running"
+    assert db.trial(tid).state == "running"
 
     workers = WorkerRecords(db)
     for name in ("w0", "w1"):
         workers.register(f"{name}/1", name=f"{name}@host", host="host", pid=1, shards=[])
     now = utcnow()
-    claim, hop = db.claim_hop(tid, 0, 0, 1, worker="w0@host", holder="w0/1",
+    claim, hop, _ = HopRecords(db).claim(tid, 0, 0, 1, worker="w0@host", holder="w0/1",
                               live_after=now - timedelta(seconds=30))
     assert claim == "claimed"
-    assert (hop["state"], hop["deliveries"], hop["interrupted"]) == ("running", 1, 0)
+    assert (hop.state, hop.deliveries, hop.interrupted) == ("running", 1, 0)
     # a copy while its live holder trains it is dropped, and is no interruption
-    claim, hop = db.claim_hop(tid, 0, 0, 1, worker="w1@host", holder="w1/1",
+    claim, hop, _ = HopRecords(db).claim(tid, 0, 0, 1, worker="w1@host", holder="w1/1",
                               live_after=now - timedelta(seconds=30))
-    assert (claim, hop["worker"], hop["interrupted"]) == ("held", "w0@host", 0)
-    assert db.finish_hop(tid, 0, 0, next_hop=(1, 0), samples=10, loss=0.5) is True
+    assert (claim, hop.worker, hop.interrupted) == ("held", "w0@host", 0)
+    assert HopRecords(db).finish(tid, 0, 0, next_hop=(1, 0), samples=10, loss=0.5) is True
     # a redelivered hop finds it done, and its successor queued: no second hand-on
-    claim, again = db.claim_hop(tid, 0, 0, 1, worker="w1@host", holder="w1/1",
+    claim, again, _ = HopRecords(db).claim(tid, 0, 0, 1, worker="w1@host", holder="w1/1",
                                 live_after=now - timedelta(seconds=30))
-    assert claim == "done" and again["deliveries"] == 3
-    assert db.finish_hop(tid, 0, 0, next_hop=(1, 0), samples=10, loss=0.5) is False
+    assert claim == "done" and again.deliveries == 3
+    assert HopRecords(db).finish(tid, 0, 0, next_hop=(1, 0), samples=10, loss=0.5) is False
 
     # a holder whose heartbeat is older than the liveness bound is gone: taken over,
     # and counted as an interruption
-    assert db.claim_hop(tid, 0, 1, 0, worker="w0@host", holder="w0/1",
+    assert HopRecords(db).claim(tid, 0, 1, 0, worker="w0@host", holder="w0/1",
                         live_after=now - timedelta(seconds=30))[0] == "claimed"
-    claim, hop = db.claim_hop(tid, 0, 1, 0, worker="w1@host", holder="w1/1",
+    claim, hop, _ = HopRecords(db).claim(tid, 0, 1, 0, worker="w1@host", holder="w1/1",
                               live_after=utcnow() + timedelta(seconds=1))
-    assert (claim, hop["worker"], hop["interrupted"]) == ("claimed", "w1@host", 1)
-    db.finish_hop(tid, 0, 1, next_hop=None, samples=10, loss=0.4)
+    assert (claim, hop.worker, hop.interrupted) == ("claimed", "w1@host", 1)
+    HopRecords(db).finish(tid, 0, 1, next_hop=None, samples=10, loss=0.4)
 
     # an epoch's end is decided once: a second decision changes nothing
     assert db.end_epoch(tid, 0, 0.9, minimize=True, outcome="continue", next_order=[0, 1])
     assert not db.end_epoch(tid, 0, 0.1, minimize=True, outcome="pruned")
     trial = db.trial(tid)
-    assert (trial["state"], trial["epochs_done"], trial["best_metric"]) == ("running", 1, 0.9)
-    assert db.epoch(tid, 1)["visit_order"] == [0, 1]
-    assert db.hop(tid, 1, 0)["state"] == "queued"
+    assert (trial.state, trial.epochs_done, trial.best_metric) == ("running", 1, 0.9)
+    assert db.epoch(tid, 1).visit_order == [0, 1]
+    assert HopRecords(db).get(tid, 1, 0).state == "queued"
     assert db.rung_values(sid, 0) == [0.9]
-    assert [h["shard"] for h in db.hops(tid)] == [1, 0, 0]
+    assert [h.shard for h in HopRecords(db).all(tid)] == [1, 0, 0]
     assert db.end_trial(tid, "done") is True
     assert db.end_trial(tid, "failed") is False
     assert db.counts(sid)["done"] == 1
@@ -109,7 +109,7 @@ def test_locked_study_serialises_concurrent_holders(db: StudyDB) -> None:
     for t in threads:
         t.join()
     assert not overlap
-    assert [t["number"] for t in db.trials(sid)] == [0, 1]
+    assert [t.number for t in db.trials(sid)] == [0, 1]
 
 
 def test_stalled_trials(db: StudyDB) -> None:
@@ -121,7 +121,7 @@ def test_stalled_trials(db: StudyDB) -> None:
     (tid,) = db.create_trials(sid, [({"lr": 0.1}, 1)])
     db.start_epoch(tid, 0, [0])
     assert db.stalled_trials(utcnow() - timedelta(seconds=60)) == []
-    assert [t["id"] for t in db.stalled_trials(utcnow() + timedelta(seconds=1))] == [tid]
+    assert [t.id for t in db.stalled_trials(utcnow() + timedelta(seconds=1))] == [tid]
 
 
 def test_a_plain_postgresql_url_uses_the_installed_driver(postgres_url: str) -> None:
@@ -141,14 +141,14 @@ def test_deliveries_of_one_hop_at_once_are_each_counted(db: StudyDB) -> None:
     for i in range(5):
         workers.register(f"w{i}/1", name=f"w{i}@host", host="host", pid=i, shards=[])
     live = utcnow() - timedelta(seconds=30)
-    db.claim_hop(tid, 0, 0, 0, worker="w0@host", holder="w0/1", live_after=live)
-    assert db.finish_hop(tid, 0, 0, next_hop=(1, 1), samples=10, loss=0.5) is True
+    HopRecords(db).claim(tid, 0, 0, 0, worker="w0@host", holder="w0/1", live_after=live)
+    assert HopRecords(db).finish(tid, 0, 0, next_hop=(1, 1), samples=10, loss=0.5) is True
     barrier = threading.Barrier(5)
     outcomes: list[str] = []
 
     def deliver(i: int) -> None:
         barrier.wait()
-        outcomes.append(db.claim_hop(tid, 0, 1, 1, worker=f"w{i}@host", holder=f"w{i}/1",
+        outcomes.append(HopRecords(db).claim(tid, 0, 1, 1, worker=f"w{i}@host", holder=f"w{i}/1",
                                      live_after=live)[0])
 
     threads = [threading.Thread(target=deliver, args=(i,)) for i in range(5)]
@@ -156,10 +156,10 @@ def test_deliveries_of_one_hop_at_once_are_each_counted(db: StudyDB) -> None:
         t.start()
     for t in threads:
         t.join()
-    hop = db.hops(tid)[1]
+    hop = HopRecords(db).all(tid)[1]
     # every delivery counted; one claims it, the others find a live holder: no interruption
     assert sorted(outcomes) == ["claimed", "held", "held", "held", "held"]
-    assert (hop["state"], hop["deliveries"], hop["interrupted"]) == ("running", 5, 0)
+    assert (hop.state, hop.deliveries, hop.interrupted) == ("running", 5, 0)
 
 
 def test_a_hand_on_goes_to_an_idle_shard_and_is_recorded(db: StudyDB) -> None:
@@ -173,17 +173,17 @@ def test_a_hand_on_goes_to_an_idle_shard_and_is_recorded(db: StudyDB) -> None:
     live = utcnow() - timedelta(seconds=30)
     db.start_epoch(first, 0, [0, 1, 2])
     db.start_epoch(second, 0, [1, 2, 0])
-    db.claim_hop(first, 0, 0, 0, worker="w0@host", holder="w0/1", live_after=live)
-    db.claim_hop(second, 0, 0, 1, worker="w1@host", holder="w1/1", live_after=live)
-    loads = db.shard_loads("north", live)
+    HopRecords(db).claim(first, 0, 0, 0, worker="w0@host", holder="w0/1", live_after=live)
+    HopRecords(db).claim(second, 0, 0, 1, worker="w1@host", holder="w1/1", live_after=live)
+    loads = HopRecords(db).shard_loads("north", live)
     assert (loads.running, loads.held) == ({0: 1, 1: 1}, {"w0/1": 1, "w1/1": 1})
     # shard 1, next in the tentative order, is busy with the other trial: shard 2 is idle
-    assert db.hand_on_hop(first, 0, 0, region="north", shards=3, live_after=live,
+    assert HopRecords(db).hand_on(first, 0, 0, region="north", shards=3, live_after=live,
                           samples=10, loss=0.5) == 2
-    assert db.epoch(first, 0)["visit_order"] == [0, 2, 1]
-    assert db.hop(first, 0, 1)["shard"] == 2
+    assert db.epoch(first, 0).visit_order == [0, 2, 1]
+    assert HopRecords(db).get(first, 0, 1).shard == 2
     # a redelivery places nothing again
-    assert db.hand_on_hop(first, 0, 0, region="north", shards=3, live_after=live) is None
-    assert db.epoch(first, 0)["visit_order"] == [0, 2, 1]
+    assert HopRecords(db).hand_on(first, 0, 0, region="north", shards=3, live_after=live) is None
+    assert db.epoch(first, 0).visit_order == [0, 2, 1]
     # the last hop of an epoch hands on to no hop
-    assert db.hand_on_hop(first, 0, 2, region="north", shards=3, live_after=live) is None
+    assert HopRecords(db).hand_on(first, 0, 2, region="north", shards=3, live_after=live) is None

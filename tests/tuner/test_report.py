@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import hoptune.tuner._hop_queue
+import hoptune.tuner._hop_records
 import hoptune.tuner._report
 import hoptune.tuner._studydb
 from hoptune.core import Store, StudyError
 from hoptune.regions import RegionConfig
-from hoptune.tuner import StudyDB
+from hoptune.tuner import HopRecords, StudyDB, StudyRow
 from hoptune.tuner._plots import Dim
 from hoptune.tuner._report import PLOTS, _dims, write_report
 from hoptune.tuner._space import parse_space
@@ -52,6 +54,8 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
     monkeypatch.setattr(hoptune.tuner._studydb, "utcnow", fake)
+    monkeypatch.setattr(hoptune.tuner._hop_records, "utcnow", fake)
+    monkeypatch.setattr(hoptune.tuner._hop_queue, "utcnow", fake)
     monkeypatch.setattr(hoptune.tuner._report, "utcnow", fake)
     return fake
 
@@ -79,7 +83,7 @@ class Plan:
     ids: list[int] = field(default_factory=list)
 
 
-def _run_pair(db: StudyDB, clock: Clock, study: dict, pair: list[Plan], t: float,
+def _run_pair(db: StudyDB, clock: Clock, study: StudyRow, pair: list[Plan], t: float,
               workers: dict[int, str]) -> float:
     """Train two concurrent trials epoch by epoch, hop by hop; returns the time after them.
 
@@ -88,7 +92,7 @@ def _run_pair(db: StudyDB, clock: Clock, study: dict, pair: list[Plan], t: float
     """
     orders = [[0, 1], [1, 0]]
     free = dict.fromkeys(workers.values(), t)
-    for epoch in range(study["epochs"]):
+    for epoch in range(study.epochs):
         active = [(p, orders[i]) for i, p in enumerate(pair) if len(p.ids) == 1]
         if not active:
             break
@@ -104,16 +108,16 @@ def _run_pair(db: StudyDB, clock: Clock, study: dict, pair: list[Plan], t: float
                 shard, worker = order[position], workers[order[position]]
                 begin = max(round_start, free[worker])
                 clock.at(begin)
-                db.claim_hop(plan.ids[0], epoch, position, shard, worker=worker, holder=worker,
-                             live_after=BASE)
+                HopRecords(db).claim(plan.ids[0], epoch, position, shard, worker=worker,
+                                     holder=worker, live_after=BASE)
                 if plan.end in ("failed", "running") and epoch == len(plan.metrics):
                     stuck.add(plan.ids[0])
                     continue
                 free[worker] = begin + SHARD_SECONDS[shard]
                 clock.at(free[worker])
-                db.finish_hop(plan.ids[0], epoch, position, next_hop=None, samples=4000,
-                              loss=0.5, train_seconds=SHARD_SECONDS[shard] - 1,
-                              load_seconds=0.6, save_seconds=0.4)
+                HopRecords(db).finish(plan.ids[0], epoch, position, next_hop=None, samples=4000,
+                                      loss=0.5, train_seconds=SHARD_SECONDS[shard] - 1,
+                                      load_seconds=0.6, save_seconds=0.4)
             t = max(free.values())
         t += 1.0
         clock.at(t)
@@ -229,12 +233,12 @@ def test_finished_study_report(db: StudyDB, clock: Clock, tmp_path: Path) -> Non
     assert "done 3, pruned 2, failed 1" in page
     assert "&lt;redeliveries exhausted&gt;" in page and "<redeliveries" not in page
     # busy shares, computed here from the hop rows: finished hops over the hop span
-    hops = [h for h in db.hops(study_id=study_id) if h["state"] == "done"]
-    start = min(h["started_at"] for h in hops)
-    span = (max(h["finished_at"] for h in hops) - start).total_seconds()
+    hops = [h for h in HopRecords(db).all(study_id=study_id) if h.state == "done"]
+    start = min(h.started_at for h in hops)
+    span = (max(h.finished_at for h in hops) - start).total_seconds()
     for worker in (W0, W1):
-        busy = sum((h["finished_at"] - h["started_at"]).total_seconds() for h in hops
-                   if h["worker"] == worker)
+        busy = sum((h.finished_at - h.started_at).total_seconds() for h in hops
+                   if h.worker == worker)
         assert re.search(f"<td>{worker}</td>.*?<td class=\"num\">{busy / span:.1%}</td>",
                          page)
     # the champion table: both versions, the current one marked, the previous metric
@@ -273,13 +277,13 @@ def test_running_study_single_worker_failures_and_nan(db: StudyDB, clock: Clock,
     for name in PLOTS.values():
         assert_plot(index.parent / name, min_std=5.0, min_colours=2)
     # one worker; its running hop counts up to the report's time, the failed trial's does not
-    hops = db.hops(study_id=study_id)
-    (open_hop,) = [h for h in hops if h["state"] == "running"
-                   and h["trial_id"] == plans[1].ids[0]]
-    done = [h for h in hops if h["state"] == "done"]
-    busy = sum((h["finished_at"] - h["started_at"]).total_seconds() for h in done)
-    busy += (clock.now - open_hop["started_at"]).total_seconds()
-    span = (clock.now - min(h["started_at"] for h in done)).total_seconds()
+    hops = HopRecords(db).all(study_id=study_id)
+    (open_hop,) = [h for h in hops if h.state == "running"
+                   and h.trial_id == plans[1].ids[0]]
+    done = [h for h in hops if h.state == "done"]
+    busy = sum((h.finished_at - h.started_at).total_seconds() for h in done)
+    busy += (clock.now - open_hop.started_at).total_seconds()
+    span = (clock.now - min(h.started_at for h in done)).total_seconds()
     assert page.count(f"<td>{W0}</td>") == 1 and f"{busy / span:.1%}" in page
     assert busy / span < 1
 
@@ -288,7 +292,7 @@ def test_all_trials_failed(db: StudyDB, clock: Clock, tmp_path: Path) -> None:
     plans = [Plan({"lr": 0.3, "embedding_dim": 8, "reg": 0.1, "weight_decay": 0.0}, [],
                   "failed", f"worker {W0} lost")]
     study_id = build_study(db, clock, plans)
-    assert db.study(study_id)["state"] == "failed"
+    assert db.study(study_id).state == "failed"
     index = write_report(db, Store(str(tmp_path / "store")), "north", tmp_path / "r")
     page = index.read_text()
     assert "every trial failed" in page and f"worker {W0} lost" in page

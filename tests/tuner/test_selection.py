@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from hoptune.tuner import selected_epoch, told
+from hoptune.tuner import TrialRow, selected_epoch, told
+from tests.rows import epoch_row, trial_row
 
 
-def _trial(state: str, lr: float, last: float, best: float) -> dict:
-    return {"state": state, "params": {"lr": lr, "seed": 1}, "last_metric": last,
-            "best_metric": best}
+def _trial(state: str, lr: float, last: float, best: float) -> TrialRow:
+    return trial_row(state=state, params={"lr": lr, "seed": 1}, last_metric=last,
+                     best_metric=best)
 
 
 def test_the_selected_epoch_is_the_first_best_or_the_last() -> None:
-    epochs = [{"epoch": 0, "metric": 3.0}, {"epoch": 1, "metric": 1.0},
-              {"epoch": 2, "metric": 1.0}, {"epoch": 3, "metric": 2.0}, {"epoch": 4,
-                                                                         "metric": None}]
+    epochs = [epoch_row(epoch=e, metric=m) for e, m in
+              [(0, 3.0), (1, 1.0), (2, 1.0), (3, 2.0), (4, None)]]
     assert selected_epoch(epochs, True, "best") == (1, 1.0)
     assert selected_epoch(epochs, False, "best") == (0, 3.0)
     assert selected_epoch(epochs, True, "last") == (3, 2.0)
-    assert selected_epoch([{"epoch": 0, "metric": float("nan")}], True, "best") is None
+    assert selected_epoch([epoch_row(epoch=0, metric=float("nan"))], True, "best") is None
 
 
 def test_a_pruned_trial_is_told_no_better_than_the_worst_finished_one() -> None:
