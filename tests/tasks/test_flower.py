@@ -121,7 +121,8 @@ def hop_tasks(tasks: dict[str, dict[str, Any]], study: int) -> dict[tuple, tuple
         if kwargs["study"] != study:
             continue
         key = tuple(kwargs[k] for k in ("region", "study", "trial", "epoch", "position", "shard"))
-        out[key] = (task["state"], task["worker"])
+        # a task Flower knows from its sent event only has no worker yet: the wait goes on
+        out[key] = (task["state"], task.get("worker"))
     return out
 
 
