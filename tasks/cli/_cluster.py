@@ -20,14 +20,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hoptune.core import Settings, StoreError
+from hoptune.core import ConfigError, Settings, StoreError
 from hoptune.tasks.worker import local_devices, visible_gpus
 
 __all__ = ["AUTO_WORKERS", "assign_shards", "default_workers", "LocalCluster", "local_cluster",
-           "worker_command"]
+           "stop_seconds", "worker_command"]
 
 #: ``workers`` meaning "the default": one per visible GPU, or 2 without GPUs.
 AUTO_WORKERS = 0
+
+
+def stop_seconds() -> float:
+    """How long local workers told to stop may finish the hop they run before they are killed
+    (``HOPTUNE_STOP_SECONDS``, default 20): a hop cut off is trained again elsewhere."""
+    text = os.environ.get("HOPTUNE_STOP_SECONDS", "20")
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ConfigError(f"HOPTUNE_STOP_SECONDS: expected a number of seconds, got {text!r}"
+                          ) from None
+    if not seconds > 0:
+        raise ConfigError(f"HOPTUNE_STOP_SECONDS: must be > 0, got {text}")
+    return seconds
 
 
 def default_workers(gpus: int | None = None) -> int:
@@ -78,6 +92,7 @@ class LocalCluster:
         self.env = {**os.environ, **(env or {})}
         self.log_dir = log_dir
         self.loglevel = loglevel
+        self.stop_timeout = stop_seconds()  # read before anything starts: a bad one stops here
         self.processes: list[subprocess.Popen[bytes]] = []
         host = socket.gethostname()
         self.names = [f"w{i}@{host}" for i in range(workers)]
@@ -140,7 +155,10 @@ class LocalCluster:
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.processes)
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM each worker (Celery's warm shutdown: it finishes its hop), and SIGKILL one
+        still running after ``timeout`` seconds (default: ``HOPTUNE_STOP_SECONDS``)."""
+        timeout = self.stop_timeout if timeout is None else timeout
         for p in self.processes:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
@@ -173,9 +191,9 @@ def local_cluster(settings: Settings, shards: dict[str, int], workers: int | Non
     from hoptune.tasks import app
     from hoptune.tasks.worker import EmbeddedRedis
 
-    broker = None if settings.broker_url else EmbeddedRedis(settings.home).start()
     cluster = LocalCluster(shards, workers, log_dir=settings.home / "logs", loglevel=loglevel,
                            devices=devices)
+    broker = None if settings.broker_url else EmbeddedRedis(settings.home).start()
     try:
         cluster.start()
         if wait:

@@ -6,20 +6,23 @@ import subprocess
 import time
 from pathlib import Path
 
+STOP = 3  # seconds local workers are given to stop
+
 
 def test_tune_with_local_workers_returns_only_after_the_champion_is_promoted(
-        write_config, fault_env: dict[str, str], home: Path) -> None:
+        write_config, fault_env: dict[str, str], home: Path, monkeypatch) -> None:
     """The promotion runs after the study ends; it must not be cut off with the workers.
 
     The registry is held by someone else until well after the study ended, for
-    longer than local workers are given to stop (20 s), so a driver that
-    returned when the study ended would kill the promotion waiting for it and
-    leave the region without a champion.
+    longer than local workers are given to stop (``HOPTUNE_STOP_SECONDS``, 3 s
+    here), so a driver that returned when the study ended would kill the
+    promotion waiting for it and leave the region without a champion.
     """
     from hoptune.core import Settings, Store
     from hoptune.tuner import Locks, StudyDB, champion_card, versions
 
     write_config(trials=2, epochs=1, tuned=True)
+    monkeypatch.setenv("HOPTUNE_STOP_SECONDS", str(STOP))
     settings = Settings.from_env()
     db = StudyDB(settings.database_url)
     locks = Locks(db)
@@ -28,7 +31,7 @@ def test_tune_with_local_workers_returns_only_after_the_champion_is_promoted(
                              "--no-progress"], cwd=home, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     ended_at = None
-    while ended_at is None or time.monotonic() < ended_at + 25:
+    while ended_at is None or time.monotonic() < ended_at + STOP + 5:
         locks.renew("registry:north", "someone-else", 10.0)
         studies = db.studies("north")
         if ended_at is None and studies and studies[0].state != "running":
