@@ -104,9 +104,8 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
                   f"{study.parallel} at a time{warm}")
         if cluster is not None:
             cluster.wait_ready(app)  # a worker that cannot start is an error, not a stall
-        elif not app.control.ping(timeout=1.0, limit=1):  # the first answer is enough
-            print("hoptune: warning: no worker answers; start `hoptune up` or "
-                  "`hoptune worker --shards …`", file=sys.stderr)
+        else:
+            warn_unowned(rt, region)
         if detach:
             print(f"study {study_id} runs in the workers; `hoptune status` shows it")
             return 0
@@ -116,6 +115,29 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
     for line in problems:
         print(f"hoptune: {line}", file=sys.stderr)
     return status
+
+
+def unowned_shards(rt: Runtime, region: RegionConfig) -> list[int]:
+    """The region's shards that no live worker owns, read from the workers' heartbeats (no
+    broadcast to wait on); a live worker of another region takes them over in time."""
+    from hoptune.tasks.worker import live_after
+    from hoptune.tuner import WorkerRecords
+
+    owned = {int(k) for w in WorkerRecords(rt.db).live(live_after())
+             for r, k in w["shards"] or [] if r == region.name}
+    return [k for k in range(region.shards) if k not in owned]
+
+
+def warn_unowned(rt: Runtime, region: RegionConfig) -> None:
+    """Warn, naming the shards and the command that serves them, where no live worker owns
+    some of the region's shards: their hops wait."""
+    missing = unowned_shards(rt, region)
+    if not missing:
+        return
+    spec = ",".join(f"{region.name}:{k}" for k in missing)
+    print(f"hoptune: warning: no live worker owns {region.name}'s shard(s) "
+          f"{', '.join(map(str, missing))}: their hops wait; start `hoptune up` or "
+          f"`hoptune worker --shards {spec}`", file=sys.stderr)
 
 
 def first_step(rt: Runtime, study_id: int, *, workers_starting: bool) -> list[Dispatch]:

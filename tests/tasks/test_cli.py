@@ -233,6 +233,39 @@ def test_tune_unknown_region(project: Path) -> None:
     assert not (project / "studies.db").exists()
 
 
+def test_a_bad_stop_bound_stops_before_anything_starts(project: Path, monkeypatch) -> None:
+    with (project / "hoptune.toml").open("a") as f:
+        f.write('space = { lr = { type = "real", low = 0.01, high = 0.1 } }\n')
+    monkeypatch.setenv("HOPTUNE_STOP_SECONDS", "soon")
+    result = hoptune("tune", "north", "--local-workers", "2", cwd=project)
+    assert (result.returncode, result.stderr) == (
+        2, "hoptune: error: HOPTUNE_STOP_SECONDS: expected a number of seconds, got 'soon'\n")
+    assert files(project) == {"hoptune.toml", "data", "data/north.csv"}
+
+
+def test_tune_without_a_live_owner_of_a_shard_says_which_and_how_to_serve_it(
+        project: Path, redis_url: str, monkeypatch) -> None:
+    with (project / "hoptune.toml").open("a") as f:
+        f.write('space = { lr = { type = "real", low = 0.01, high = 0.1 } }\n')
+    monkeypatch.setenv("HOPTUNE_BROKER_URL", redis_url)
+    result = hoptune("tune", "north", "--detach", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        "hoptune: warning: no live worker owns north's shard(s) 0, 1: their hops wait; start "
+        "`hoptune up` or `hoptune worker --shards north:0,north:1`\n")
+    # a live owner of shard 0 (its heartbeat row): only shard 1 is named
+    from hoptune.core import Settings
+    from hoptune.tuner import StudyDB, WorkerRecords
+
+    db = StudyDB(Settings.from_env().database_url)
+    WorkerRecords(db).register("w0-1", name="w0", host="here", pid=1, shards=[["north", 0]])
+    db.dispose()
+    result = hoptune("tune", "north", "--detach", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert "no live worker owns north's shard(s) 1: their hops wait" in result.stderr
+    assert "--shards north:1`" in result.stderr
+
+
 def test_local_workers_never_import_a_users_modules_of_the_same_names(project: Path) -> None:
     """A Celery project's own tasks.py (or tuner.py, …) in the working folder is not hoptune's."""
     with (project / "hoptune.toml").open("a") as f:
