@@ -44,6 +44,16 @@ rating_range = [1.0, 5.0]
 """
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every fault scenario runs in one xdist group (``--dist loadgroup``): one at a time, on
+    one test process. Each kills processes and waits on liveness bounds of seconds; two of
+    them at once on a 2-core host would starve each other's workers past those bounds."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.xdist_group("faults"))
+
+
 @pytest.fixture
 def start_redis(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     """Start Redis servers of this test's own; all are killed after it."""

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
 
 from hoptune.core import Store
-from hoptune.regions import ingest, load_config
+from hoptune.regions import RegionConfig, ingest, load_config
 from hoptune.tasks import (
     app,
     checkpoint_key,
@@ -17,10 +23,13 @@ from hoptune.tasks import (
     replay_trial,
     run_hop,
 )
+from hoptune.tasks.cli._cluster import LocalCluster
 from hoptune.tasks.cli._follow import follow, start_studies
 from hoptune.tasks.study._inline import run_inline
 from hoptune.tasks.study._workflow import tune_step
+from hoptune.tasks.worker import Runtime
 from hoptune.tuner import HopRecords
+from tests.tasks.configs import CONFIG, FAST_LIVENESS, REGION
 
 pytestmark = pytest.mark.integration
 
@@ -31,9 +40,60 @@ def _setup(make_config, rt, **kw):  # noqa: ANN001, ANN202
     return region, manifest
 
 
-def test_trials_hop_across_workers_that_own_their_shards(make_config, rt, cluster) -> None:
-    region, manifest = _setup(make_config, rt, shards=3, epochs=2)
-    workers = cluster({"north": 3}, workers=2)
+class Shared(NamedTuple):
+    """One home, its runtime, and two real workers for the tests of this module that only
+    read what workers do (none kills or restarts one): north of 3 shards and 2 epochs, east
+    of 2 shards and 1 epoch, each test a study of its own region."""
+
+    rt: Runtime
+    workers: LocalCluster
+    regions: dict[str, tuple[RegionConfig, dict]]
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Shared]:
+    from hoptune.core import Settings
+    from hoptune.regions import write_ratings
+    from hoptune.tasks.worker._broker import redis_client
+
+    folder = Path(tempfile.mkdtemp(prefix="hthop-"))
+    text = CONFIG.format(shards=3, epochs=2, trials=2, parallel=2, batch_size=128)
+    for i, name in enumerate(("north", "east")):
+        write_ratings(folder / "data" / f"{name}.csv", n_users=100, n_items=80, n_rows=3000,
+                      rank=3, noise=0.3, seed=10 + i)
+        text += REGION.format(name=name)
+    (folder / "hoptune.toml").write_text(text + "shards = 2\nepochs = 1\n")  # east's own
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOPTUNE_HOME", str(folder))
+        mp.chdir(folder)
+        broker = os.environ["HOPTUNE_BROKER_URL"]
+        redis_client(broker, 5.0).flushdb()
+        rt = Runtime(Settings.from_env(), worker="test")
+        config = load_config(folder / "hoptune.toml")
+        regions = {}
+        for name in ("north", "east"):
+            region = config.region(name)
+            regions[name] = (region, ingest(region, rt.store).manifest)
+        # no sweeper resends: each hop execution counted here is one a test sent (on a loaded
+        # host a queued hop may wait past a short resend bound, and its resend would count)
+        workers = LocalCluster({"north": 3, "east": 2}, 2, log_dir=folder / "logs",
+                               loglevel="INFO", env={
+                                   "HOPTUNE_BROKER_URL": broker, **FAST_LIVENESS,
+                                   "HOPTUNE_RESEND_SECONDS": "600",
+                                   "HOPTUNE_TAKEOVER_SECONDS": "600"})
+        try:
+            workers.start()
+            workers.wait_ready(app)
+            yield Shared(rt, workers, regions)
+        finally:
+            workers.stop()
+            rt.db.dispose()
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_trials_hop_across_workers_that_own_their_shards(shared: Shared) -> None:
+    rt, workers = shared.rt, shared.workers
+    region, manifest = shared.regions["north"]
     owner = {name: {k for _, k in owned}
              for name, owned in zip(workers.names, workers.assignment, strict=True)}
     study = create_study(rt, region, manifest=manifest,
@@ -107,14 +167,12 @@ def _hops_run(workers: list[str]) -> int:
     return sum(s.get("total", {}).get("hoptune.hop", 0) for s in stats.values())
 
 
-def test_a_duplicate_message_to_a_real_worker_changes_nothing(make_config, rt, cluster) -> None:
+def test_a_duplicate_message_to_a_real_worker_changes_nothing(shared: Shared) -> None:
     import time
 
-    region, manifest = _setup(make_config, rt, shards=2, epochs=1)
-    # no sweeper resends: each hop execution counted here is one this test sent (on a
-    # loaded host a queued hop may wait past a short resend bound, and its resend counts)
-    workers = cluster({"north": 2}, workers=2,
-                      env={"HOPTUNE_RESEND_SECONDS": "600", "HOPTUNE_TAKEOVER_SECONDS": "600"})
+    rt, workers = shared.rt, shared.workers
+    region, manifest = shared.regions["east"]
+    earlier = _hops_run(workers.names)  # the hops of this module's other tests
     study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
     start_studies(app, [study])
     follow(rt, app, [study], progress=False, timeout=180)
@@ -123,10 +181,10 @@ def test_a_duplicate_message_to_a_real_worker_changes_nothing(make_config, rt, c
     before = rt.store.read_bytes(key)
     hops_before = HopRecords(rt.db).all(trial.id)
     ran = _hops_run(workers.names)
-    assert ran == 2
+    assert ran == earlier + 2
     last = hops_before[1]
-    app.send_task("hoptune.hop", queue=f"hop.north.{last.shard}", kwargs={
-        "region": "north", "study": study, "trial": trial.id, "epoch": 0, "position": 1,
+    app.send_task("hoptune.hop", queue=f"hop.east.{last.shard}", kwargs={
+        "region": "east", "study": study, "trial": trial.id, "epoch": 0, "position": 1,
         "shard": last.shard})
     deadline = time.monotonic() + 60
     while _hops_run(workers.names) == ran and time.monotonic() < deadline:
