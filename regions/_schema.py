@@ -105,6 +105,8 @@ class Pruner(_Frozen):
 
     reduction_factor: Annotated[int, Strict(), Field(ge=2)] = 3
     min_epochs: Count = 1
+    # judge a trial again at every rung it passed, against the values recorded there since
+    recheck: Annotated[bool, Strict()] = True
 
 
 class Schedule(_Frozen):

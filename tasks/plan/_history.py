@@ -206,6 +206,7 @@ class Shape(NamedTuple):
     shards: int
     reduction_factor: int
     min_epochs: int
+    recheck: bool = True
 
 
 def pruning_record(db: StudyDB, studies: list[StudyRow]) -> list[tuple[Shape, int, int]]:
@@ -222,7 +223,9 @@ def pruning_record(db: StudyDB, studies: list[StudyRow]) -> list[tuple[Shape, in
         counts = db.counts(study.id)
         done, pruned = counts.get("done", 0), counts.get("pruned", 0)
         if done + pruned:
+            # a study recorded before the pruner judged trials again has no recheck field
+            recheck = bool((study.region_config.get("pruner") or {}).get("recheck", False))
             out.append((Shape(study.budget, study.parallel, study.epochs,
                               len(study.manifest["rows"]), p.reduction_factor,
-                              p.min_epochs), done + pruned, pruned))
+                              p.min_epochs, recheck), done + pruned, pruned))
     return out

@@ -196,7 +196,8 @@ def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
     for i in inputs:
         r = i.region
         pruner = (AshaPruner(reduction_factor=r.pruner.reduction_factor,
-                             min_epochs=r.pruner.min_epochs, max_epochs=i.epochs)
+                             min_epochs=r.pruner.min_epochs, max_epochs=i.epochs,
+                             recheck=r.pruner.recheck)
                   if r.space else None)
         out.append(SimStudy(r.name, rows=i.rows, budget=i.budget, parallel=i.parallel,
                             epochs=i.epochs, seed=i.seed, pruner=pruner,

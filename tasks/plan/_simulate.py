@@ -374,6 +374,15 @@ class _Simulation:
         t.position = following
         self.send(study.spec.region, t.index, nxt)
 
+    def pruned(self, study: _Study, t: _Trial, epoch: int) -> bool:
+        """Whether the study's pruner stops the trial after ``epoch`` (1-based), as
+        ``end_of_epoch`` asks it: judged at this rung and again at those it passed."""
+        spec = study.spec
+        history = [spec.metric(t.index, e) if spec.metric else study.metrics[t.index]
+                   for e in range(1, epoch + 1)]
+        rungs = {r: study.rung_values.get(r, []) for r in spec.pruner.rungs() if r <= epoch}
+        return spec.pruner.should_stop(epoch, history, rungs, minimize=spec.minimize)
+
     def end_epoch(self, study: _Study, t: _Trial, here: str) -> None:
         """The trial's epoch ends as ``end_of_epoch`` ends it: the next epoch, or the trial
         done or pruned, which sends its study a ``tune_step``."""
@@ -384,8 +393,7 @@ class _Simulation:
         values.append(metric)
         if epoch >= spec.epochs:
             outcome = "done"
-        elif spec.pruner is not None and spec.pruner.should_prune(
-                epoch, metric, list(values), minimize=spec.minimize):
+        elif spec.pruner is not None and self.pruned(study, t, epoch):
             outcome = "pruned"
         else:
             t.epoch, t.position = epoch, 0

@@ -68,7 +68,7 @@ def _pruned_share(shape: Shape, improving: float) -> float:
     mean over ``DRAWS`` orders of the metrics (one order of 8 trials prunes 2 to 6), a
     second a hop: tens of milliseconds on a small host, once a process."""
     pruner = AshaPruner(reduction_factor=shape.reduction_factor, min_epochs=shape.min_epochs,
-                        max_epochs=shape.epochs)
+                        max_epochs=shape.epochs, recheck=shape.recheck)
     shares = []
     for draw in range(DRAWS):
         study = SimStudy("fit", rows=[1] * shape.shards, hop_seconds=lambda _rows: 1.0,

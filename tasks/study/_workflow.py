@@ -42,6 +42,7 @@ from hoptune.tasks.worker import (
 from hoptune.tuner import (
     AshaPruner,
     HopRecords,
+    StudyDB,
     StudyRow,
     TrialRow,
     best_trial,
@@ -288,12 +289,7 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
         failure = f"validation {name} is {metric} after epoch {epoch}"
     elif epoch + 1 >= min(study.epochs, trial_settings(region, trial.params).epochs):
         outcome = "done"  # the trial's own epochs (a hyperparameter) within the study's
-    elif study.space is not None and AshaPruner(
-            reduction_factor=region.pruner.reduction_factor,
-            min_epochs=region.pruner.min_epochs, max_epochs=study.epochs,
-            where=f"regions.{region.name}.pruner").should_prune(
-            epoch + 1, metric, [*db.rung_values(study.id, epoch), metric],
-            minimize=minimize):
+    elif study.space is not None and _pruned(db, region, study, trial, epoch, metric):
         outcome = "pruned"
     else:
         outcome = "continue"
@@ -315,6 +311,21 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
     keep_final(rt.store, study.id, trial.id, epoch if outcome != "failed" else None,
                region.shards, also=kept if outcome != "failed" else ())
     return [tune_step_dispatch(study.id)]
+
+
+def _pruned(db: StudyDB, region: RegionConfig, study: StudyRow, trial: TrialRow, epoch: int,
+            metric: float) -> bool:
+    """Whether the pruner stops the trial after ``epoch`` (0-based) with ``metric``: judged at
+    this epoch's rung, and again at each rung it passed, on what the study recorded there."""
+    pruner = AshaPruner(reduction_factor=region.pruner.reduction_factor,
+                        min_epochs=region.pruner.min_epochs, max_epochs=study.epochs,
+                        recheck=region.pruner.recheck, where=f"regions.{region.name}.pruner")
+    history = [float("nan") if e.metric is None else float(e.metric)
+               for e in db.epochs(trial.id) if e.epoch < epoch] + [metric]
+    rungs = {r: db.rung_values(study.id, r - 1) for r in pruner.rungs() if r <= epoch}
+    if epoch + 1 in pruner.rungs():
+        rungs[epoch + 1] = [*db.rung_values(study.id, epoch), metric]
+    return pruner.should_stop(epoch + 1, history, rungs, minimize=bool(study.minimize))
 
 
 def _selected_end(rt: Runtime, region: RegionConfig, trial_id: int, minimize: bool

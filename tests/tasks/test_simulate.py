@@ -101,7 +101,7 @@ def test_the_simulator_runs_the_clusters_own_policies(monkeypatch) -> None:
     monkeypatch.setattr(hop, "choose_visit_order", spy("visit", hop.choose_visit_order))
     for name in ("first_shards", "next_shard", "placed_order"):
         monkeypatch.setattr(tuner, name, spy(name, getattr(tuner, name)))
-    monkeypatch.setattr(AshaPruner, "should_prune", spy("prune", AshaPruner.should_prune))
+    monkeypatch.setattr(AshaPruner, "should_stop", spy("prune", AshaPruner.should_stop))
     pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=3)
     study = SimStudy("north", rows=[100, 100, 100], hop_seconds=one_second, budget=4,
                      parallel=2, epochs=3, pruner=pruner)

@@ -6,10 +6,20 @@ import math
 import threading
 
 import pytest
+import torch
 
 from hoptune.core import Settings, Store
 from hoptune.regions import ingest, load_config
-from hoptune.tasks import Runtime, create_study, run_inline, tune_step
+from hoptune.tasks import (
+    Runtime,
+    checkpoint_key,
+    create_study,
+    load_checkpoint,
+    replay_trial,
+    run_inline,
+    tune_step,
+)
+from hoptune.tasks.study._workflow import _pruned
 from hoptune.tasks.worker._messages import tune_step_dispatch
 from hoptune.tuner import AshaPruner
 
@@ -66,13 +76,19 @@ def test_a_study_spends_its_budget_and_prunes_at_the_rungs(make_config, rt) -> N
         assert t.epochs_done == 4
         assert [e.epoch for e in rt.db.epochs(t.id)] == [0, 1, 2, 3]
     for t in pruned:
-        assert t.epochs_done in rungs  # stopped right after a rung
-        epochs = rt.db.epochs(t.id)
-        at_rung = epochs[-1].metric
-        # the trials that went on past that rung scored better there than the pruned one
-        went_on = [rt.db.epochs(o.id)[t.epochs_done - 1].metric for o in trials
-                   if o.epochs_done > t.epochs_done]
-        assert went_on and min(went_on) < at_rung
+        # stopped at a rung, or at a later epoch end, judged again at a rung it had passed
+        judged = [r for r in rungs if r <= t.epochs_done]
+        assert judged
+        metrics = [e.metric for e in rt.db.epochs(t.id)]
+        # at one of those rungs, a trial that went on past it scored better than this one
+        assert any(min((rt.db.epochs(o.id)[r - 1].metric for o in trials if o.epochs_done > r),
+                       default=math.inf) < metrics[r - 1] for r in judged)
+        # stopping only ends a trial: its weights replay bitwise in one process
+        torch.set_num_threads(1)
+        final = load_checkpoint(rt.store, checkpoint_key(study, t.id, t.epochs_done - 1,
+                                                         region.shards - 1)).model
+        replayed = replay_trial(rt, t.id)
+        assert all(torch.equal(replayed[k], final[k]) for k in final)
     best = rt.db.trial(record.best_trial_id)
     assert best.last_metric == min(t.last_metric for t in done)
     # each trial carries the work of the tune_step that recorded it, one figure per step
@@ -81,6 +97,29 @@ def test_a_study_spends_its_budget_and_prunes_at_the_rungs(make_config, rt) -> N
         assert t.proposal_seconds > 0
         steps.setdefault(t.created_at, set()).add(t.proposal_seconds)
     assert len(steps) < len(trials) and all(len(v) == 1 for v in steps.values())
+
+
+def test_the_workflow_judges_a_trial_again_at_the_rungs_it_passed(make_config, rt) -> None:
+    """``end_of_epoch``'s decision reads the rungs from the database: epochs count from 0
+    there, from 1 in the pruner."""
+    path = make_config(trials=4, parallel=4, epochs=4)
+    path.write_text(path.read_text().replace("reduction_factor = 2", "reduction_factor = 3"))
+    region = load_config(path).region("north")  # rungs after epochs 1 and 3
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = rt.db.study(create_study(rt, region, manifest=manifest))
+    first, *later = rt.db.create_trials(study.id, [({"lr": 0.01 * i}, i) for i in range(1, 5)])
+    for tid, metric in zip(later, (0.5, 0.6, 0.7), strict=True):
+        rt.db.start_epoch(tid, 0, [0, 1])
+        rt.db.end_epoch(tid, 0, metric, minimize=True, outcome="continue", next_order=[1, 0])
+    rt.db.start_epoch(first, 0, [0, 1])
+    rt.db.end_epoch(first, 0, 0.9, minimize=True, outcome="continue", next_order=[1, 0])
+    trial = rt.db.trial(first)
+    # its second epoch: no rung, but rung 1 now holds 4 values and 0.9 is not the best
+    assert _pruned(rt.db, region, study, trial, 1, 0.8)
+    unchecked = region.model_copy(update={"pruner": region.pruner.model_copy(
+        update={"recheck": False})})
+    assert not _pruned(rt.db, unchecked, study, trial, 1, 0.8)
+    assert not _pruned(rt.db, region, study, rt.db.trial(later[0]), 1, 0.45)  # the best
 
 
 def _seed_parent(rt, region, manifest, good_lr: float) -> int:  # noqa: ANN001

@@ -141,3 +141,56 @@ def test_arrivals_from_best_to_worst_leave_one_survivor() -> None:
     quality = np.linspace(0.0, 1.0, 12)
     trained = simulate(pruner, quality, np.arange(12))
     assert trained == {0: 9, **{t: 1 for t in range(1, 12)}}
+
+
+def interleaved(pruner: AshaPruner, curves: list[list[float]], starts: list[int]) -> list[int]:
+    """Trials that start at the given steps and each end one epoch per step (asynchronous,
+    overlapping, as a study of several parallel trials runs); epochs each trained."""
+    recorded: dict[int, list[float]] = {}
+    trained = [0] * len(curves)
+    stopped = [False] * len(curves)
+    for step in range(max(starts) + pruner.max_epochs):
+        for trial, curve in enumerate(curves):
+            epoch = step - starts[trial] + 1
+            if stopped[trial] or not 1 <= epoch <= pruner.max_epochs:
+                continue
+            recorded.setdefault(epoch, []).append(curve[epoch - 1])
+            trained[trial] = epoch
+            rungs = {r: recorded.get(r, []) for r in pruner.rungs() if r <= epoch}
+            if epoch < pruner.max_epochs and pruner.should_stop(epoch, curve[:epoch], rungs):
+                stopped[trial] = True
+    return trained
+
+
+def test_a_bad_first_trial_stops_once_better_ones_reach_its_rung_and_the_good_go_on() -> None:
+    """The study the rule was made for: the first trial is the worst, and alone at the rung."""
+    bad = [1.82 - 0.01 * e for e in range(8)]
+    later = [[0.90 + 0.01 * i - 0.02 * e for e in range(8)] for i in range(7)]  # best first
+    curves, starts = [bad, *later], [0] + [1] * 7
+    rechecked = interleaved(AshaPruner(max_epochs=8, reduction_factor=4), curves, starts)
+    # alone at rung 1 after epoch 1, it went on; the others reached rung 1 while it trained
+    # epoch 2, so it stopped at its first epoch end after that: epoch 3 of 8
+    assert rechecked[0] == 3
+    assert rechecked[1] == 8  # the best trains to the end
+    # past rung 1 went only the top quarter of the 8 values recorded there
+    assert {t for t, epochs in enumerate(rechecked) if epochs > 1} <= {0, 1, 2}
+    before = interleaved(AshaPruner(max_epochs=8, reduction_factor=4, recheck=False), curves,
+                         starts)
+    assert before[0] == 8  # the rule before: the first arrival trained every epoch
+    assert before[1] == 8
+
+
+def test_judged_again_at_every_rung_passed_by_the_same_rule() -> None:
+    pruner = AshaPruner(max_epochs=9)  # rungs 1, 3
+    # at epoch 3: top third of rung 3 (kept), but rung 1 now holds 3 values better than its 0.9
+    assert pruner.should_stop(3, [0.9, 0.8, 0.5], {1: [0.9, 0.2, 0.3, 0.4], 3: [0.5]})
+    assert not pruner.should_stop(3, [0.2, 0.2, 0.1], {1: [0.2, 0.3, 0.4, 0.9], 3: [0.1]})
+    # between rungs only the passed rungs judge; without recheck nothing does
+    assert pruner.should_stop(2, [0.9, 0.8], {1: [0.9, 0.2, 0.3, 0.4]})
+    assert not AshaPruner(max_epochs=9, recheck=False).should_stop(
+        2, [0.9, 0.8], {1: [0.9, 0.2, 0.3, 0.4]})
+    assert pruner.should_stop(2, [0.9, math.nan], {1: [0.9]})  # a diverged trial stops
+    with pytest.raises(ValueError, match="history holds 1 values"):
+        pruner.should_stop(2, [0.9], {1: [0.9]})
+    with pytest.raises(ConfigError, match="recheck"):
+        AshaPruner(max_epochs=9, recheck="yes")  # type: ignore[arg-type]
