@@ -5,13 +5,16 @@ Run 1: 200 trials x 2 epochs x 4 shards of a tiny rating model on 2 workers
 Run 2: the same trials with two replicas per shard (4 workers) and every hop
 message delivered twice. Each run counts every hop (lost: not done at the end;
 trained twice: two "trained hop" lines in the workers' logs, or samples per
-(trial, epoch, shard) other than one shard's rows), hops per second, the time
-from each kill to the start of the hop it interrupted, and the bytes left in
-the store's checkpoints (only each trial's final weights are kept).
+(trial, epoch, shard) other than one shard's rows), the deliveries per hop
+(every delivery that reached a hop's claim: 2 at most in run 2, where each hop
+message is sent twice), hops per second, the time from each kill to the start
+of the hop it interrupted, and the bytes left in the store's checkpoints (only
+each trial's final weights are kept).
 
-    python bench/load.py [--trials 200] [--kill-every 20]
+    python bench/load.py [--trials 200] [--kill-every 20] [--only kills|duplicates]
 
-Writes its section of BENCHMARKS.md; the last line of output is one JSON object.
+Writes its section of BENCHMARKS.md (both runs only; ``--only`` prints its run's
+figures and writes nothing); the last line of output is one JSON object.
 """
 
 from __future__ import annotations
@@ -216,6 +219,8 @@ def _figures(rt, home: Path, study: int, shard_rows: list[int], trials: int,  # 
         "hops_expected": trials * 2 * 4, "hops_done": len(done),
         "hops_lost": trials * 2 * 4 - len(done),
         "hops_trained_twice": sum(n > 1 for n in trainings.values()) + wrong_samples,
+        "deliveries_per_hop": round(sum(h.deliveries for h in hops) / len(done), 2)
+        if done else None,
         "hops_per_s": round(len(done) / wall, 2), "wall_s": round(wall, 1),
         "kills": len(kills), "kills_mid_hop": len(recoveries),
         "max_recovery_s": round(max(recoveries), 1) if recoveries else None,
@@ -244,7 +249,16 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--kill-every", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", choices=("kills", "duplicates"), default=None,
+                        help="one run alone: its figures are printed, BENCHMARKS.md is kept")
     args = parser.parse_args()
+    if args.only is not None:
+        with tempfile.TemporaryDirectory(prefix="htload-") as folder:
+            figures = (run(Path(folder) / "kills", args.trials, args.kill_every, 1, False,
+                           args.seed) if args.only == "kills" else
+                       run(Path(folder) / "replicas", args.trials, 0.0, 2, True, args.seed))
+        print(json.dumps(figures))
+        return
     with tempfile.TemporaryDirectory(prefix="htload-") as folder:
         kills = run(Path(folder) / "kills", args.trials, args.kill_every, 1, False, args.seed)
         print("kills:", json.dumps(kills), flush=True)
@@ -253,6 +267,7 @@ def main() -> None:
     headline = {"hops_lost": kills["hops_lost"] + replicas["hops_lost"],
                 "hops_trained_twice": kills["hops_trained_twice"],
                 "hops_trained_twice_replicas": replicas["hops_trained_twice"],
+                "deliveries_per_hop_replicas": replicas["deliveries_per_hop"],
                 "hops_per_s": kills["hops_per_s"], "max_recovery_s": kills["max_recovery_s"],
                 "store_bytes_after": replicas["store_bytes_after"]}
     write_section("load", f"""## Load with faults (`bench/load.py`)
@@ -269,6 +284,8 @@ Run 2: the same trials on 4 workers (two replicas per shard), every hop message 
 
 A hop trained twice is one with two "trained hop" lines in the workers' logs, or whose
 recorded samples differ from its shard's rows; lost is one not done when the study ended.
+Deliveries per hop counts every delivery that reached a hop's claim (a copy of a done hop
+hands on nothing, so run 2's is at most 2).
 """)
     print(json.dumps(headline))
 

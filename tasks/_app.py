@@ -71,7 +71,11 @@ def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
 
     rt = runtime()
     progress = _progress(self, rt, message.region, message.study)
-    report = run_hop(rt, message.trial, message.epoch, message.position, on_progress=progress)
+    report = run_hop(rt, message.trial, message.epoch, message.position, on_progress=progress,
+                     message=message, again=_came_before(self))
+    if report.set_aside is not None:  # the study database does not record the hop so
+        set_aside(self.app, queue or "?", report.set_aside, json.dumps([args, kwargs]))
+        return {"trained": False, "skipped": report.skipped}
     send(hand_on(rt, report), self.app)
     if report.retry:  # failed once with an error that may not repeat: once more, later
         raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
@@ -111,7 +115,10 @@ def cohort_hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {"trained": [], "skipped": f"set aside: {exc}"}
     rt = runtime()
     reports = run_cohort_hop(rt, message.trials, message.epochs, message.position, message.shard,
-                             on_progress=_progress(self, rt, message.region, message.study))
+                             on_progress=_progress(self, rt, message.region, message.study),
+                             message=message, again=_came_before(self))
+    for reason in dict.fromkeys(r.set_aside for r in reports if r.set_aside is not None):
+        set_aside(self.app, queue or "?", reason, json.dumps([args, kwargs]))
     send(hand_on_cohort(rt, reports), self.app)
     if any(r.retry for r in reports):  # a member failed once: the message once more, later
         raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
@@ -121,6 +128,26 @@ def cohort_hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
 
 #: The pause before a hop whose delivery failed once is tried again.
 RETRY_SECONDS = 2.0
+
+
+def _came_before(task: Task) -> bool:
+    """Whether this message was delivered before: a broker's redelivery (its worker was lost)
+    or a retry. Its earlier delivery may have done the hop and stopped before handing on;
+    a fresh copy's has not, and a copy hands on nothing (``run_hop``'s ``again``)."""
+    return bool((task.request.delivery_info or {}).get("redelivered") or task.request.retries)
+
+
+def _unknown_study(task: Task, study: int) -> bool:
+    """Set aside a workflow message naming a study the database does not have; True if so."""
+    from hoptune.core import StudyError
+
+    try:
+        runtime().db.study(study)
+    except StudyError as exc:
+        queue = (task.request.delivery_info or {}).get("routing_key") or "?"
+        set_aside(task.app, queue, f"{task.name}: {exc}", json.dumps({"study": study}))
+        return True
+    return False
 
 
 def set_aside(celery_app: Celery, queue: str, reason: str, body: str) -> None:
@@ -136,6 +163,8 @@ def tune_step_task(self: Task, *, study: int) -> int:
     """Fill the free trial slots of study ``study``."""
     from hoptune.tasks.study import tune_step
 
+    if _unknown_study(self, study):
+        return 0
     dispatches = tune_step(runtime(), int(study))
     send(dispatches, self.app)
     return len(dispatches)

@@ -1,9 +1,10 @@
 """Hops: a trial trained once over one shard, alone or in a cohort, then reported.
 
-The claim, load, training pass, checkpoint and report of a hop (``run_hop``),
-the cohort pass that trains several trials as one fused model
-(``run_cohort_hop``), which hops travel together, the visit order, the seeds
-that make a trial replayable, and the replay itself. What a hop hands on is the
+The checks a hop message passes against the study database and the worker's
+shards before its claim, the claim, load, training pass, checkpoint and report
+of a hop (``run_hop``), the cohort pass that trains several trials as one fused
+model (``run_cohort_hop``), which hops travel together, the visit order, the
+seeds that make a trial replayable, and the replay itself. What a hop hands on is the
 study workflow's decision (``hoptune.tasks.study``).
 """
 

@@ -8,10 +8,14 @@ all (``train_cohort_pass``), fused where the family allows and each member
 alone otherwise. So pruning, resuming, rewinding and replay work per trial as
 they do for single hops, and:
 
-- a member whose hop is done, held by a live worker, no longer running, or
-  recorded on another shard drops out of the cohort (the last is sent to its
-  own shard); a redelivered cohort message trains no member twice, since a
-  member whose output exists only hands on;
+- a message of a study that is not the region's, or of a shard this worker
+  does not own, is set aside whole; a member the study database does not
+  record so (no such trial, epoch or queued hop, another study's, placed on
+  another shard) is set aside alone, and the others train (``_admission``);
+- a member whose hop is done, held by a live worker or no longer running drops
+  out of the cohort; a redelivered cohort message trains no member twice, since
+  a member whose output exists only hands on (and only if the message came
+  before, as a single hop's);
 - the members' next hops take one shard, chosen once (by the first member's
   placement) and recorded in each member's visit order, and travel on as one
   cohort message; at an epoch's end each member's end is decided alone (ASHA
@@ -33,6 +37,7 @@ from typing import Any
 import torch
 
 from hoptune.regions import Unfusable, cohort_key, get_family, log_unfused
+from hoptune.tasks.hop._admission import refusal
 from hoptune.tasks.hop._cohort_pass import Member, train_cohort_pass
 from hoptune.tasks.hop._delivery import Claimed, HopReport
 from hoptune.tasks.hop._hop import (
@@ -41,10 +46,12 @@ from hoptune.tasks.hop._hop import (
     release,
     restore,
     save,
+    set_aside_report,
     train_alone,
 )
 from hoptune.tasks.worker import (
     TRANSIENT,
+    CohortMessage,
     Runtime,
     checkpoint_key,
     study_manifest,
@@ -62,20 +69,31 @@ _Outcome = torch.nn.Module | BaseException
 
 def run_cohort_hop(rt: Runtime, trial_ids: Sequence[int], epochs: Sequence[int],
                    position: int, shard: int,
-                   on_progress: Callable[[HopReport], None] | None = None) -> list[HopReport]:
+                   on_progress: Callable[[HopReport], None] | None = None, *,
+                   message: CohortMessage | None = None, again: bool = True
+                   ) -> list[HopReport]:
     """Run one delivery of a cohort message: one report per trial named, as ``run_hop``'s.
 
     ``epochs`` is each trial's epoch: the members share the
-    position and the shard, not necessarily the epoch. A transient failure of
-    the shared pass gives every claimed hop back and is raised (the task
-    retries the message); any other failure is each trained member's own,
-    recorded on its hop as a single hop's would be.
+    position and the shard, not necessarily the epoch. ``message`` and ``again``
+    are ``run_hop``'s: a message that fails its checks sets every member aside.
+    A transient failure of the shared pass gives every claimed hop back and is
+    raised (the task retries the message); any other failure is each trained
+    member's own, recorded on its hop as a single hop's would be.
     """
+    study = None
+    if message is not None:
+        found = refusal(rt, message.region, message.study, shard)
+        if isinstance(found, str):
+            reason = f"cohort hop of trials {list(trial_ids)} position {position}: {found}"
+            return [set_aside_report(HopReport(t, e, position, shard), reason)
+                    for t, e in zip(trial_ids, epochs, strict=True)]
+        study = found
     reports: list[HopReport] = []
     claims: list[Claimed] = []
     try:
         for trial_id, epoch in zip(trial_ids, epochs, strict=True):
-            c = claim(rt, trial_id, epoch, position, shard)
+            c = claim(rt, trial_id, epoch, position, shard, study=study, again=again)
             if isinstance(c, HopReport):
                 reports.append(c)
             else:

@@ -54,6 +54,9 @@ class HopReport:
     skipped: str | None = None
     epoch_end: EpochEnd | None = None
     retry: bool = False  # the delivery failed once: send the hop again after a pause
+    # why no worker may act on the message (it names a hop the study database does not
+    # record so, or a shard this worker does not own): the task sets it aside as a dead letter
+    set_aside: str | None = None
 
 
 @dataclass
@@ -69,3 +72,6 @@ class Claimed:
     hop: HopRow
     place: int | None = None  # the shard the next hop must take (a cohort's), if unvisited
     in_pass: bool = False  # a cohort's shared pass trained it (or failed) in this delivery
+    # the message came before (a broker's redelivery, a retry): its earlier delivery may have
+    # done the hop and stopped before handing on, so a done hop hands on again
+    again: bool = True

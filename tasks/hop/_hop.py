@@ -7,7 +7,12 @@ workflow to decide on, rather than calling up into it.
 Exactly-once effect under at-least-once delivery: the output checkpoint is
 keyed by (trial, epoch, position), a delivery that finds it does no training,
 and the next hop is queued in the same transaction that records this one, so
-a redelivered hop never hands on twice.
+a redelivered hop never hands on twice. A delivery that finds its hop done
+sends the next hop again only if its message came before (a broker's
+redelivery, a retry: that earlier delivery may have stopped before sending);
+a copy costs its own delivery and no more, however long the trial.
+Before any of this, the message is checked against the study database and
+this worker's shards (``_admission``); one that fails is set aside.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import torch
 
 from hoptune.core import CheckpointError
 from hoptune.regions import RegionConfig, get_family
+from hoptune.tasks.hop._admission import admit, hop_name, refusal
 from hoptune.tasks.hop._delivery import Claimed, EpochEnd, HopReport
 from hoptune.tasks.hop._training import (
     TrainedPass,
@@ -32,6 +38,7 @@ from hoptune.tasks.worker import (
     TRANSIENT,
     Checkpoint,
     Dispatch,
+    HopMessage,
     Runtime,
     checkpoint_key,
     describe,
@@ -46,10 +53,10 @@ from hoptune.tasks.worker import (
     study_manifest,
     tune_step_dispatch,
 )
-from hoptune.tuner import ACTIVE_STATES, HopRecords, StudyRow, TrialRow, utcnow
+from hoptune.tuner import ACTIVE_STATES, EpochRow, HopRecords, StudyRow, TrialRow, utcnow
 
 __all__ = ["BuildFailed", "claim", "finish", "model_at", "readable", "release", "restore",
-           "restore_trial", "run_hop", "save", "train_alone"]
+           "restore_trial", "run_hop", "save", "set_aside_report", "train_alone"]
 
 log = logging.getLogger(__name__)
 
@@ -95,46 +102,60 @@ def model_at(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow
 
 
 def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
-            on_progress: Callable[[HopReport], None] | None = None) -> HopReport:
+            on_progress: Callable[[HopReport], None] | None = None, *,
+            message: HopMessage | None = None, again: bool = True) -> HopReport:
     """Run one delivery of hop (trial, epoch, position) on this worker.
 
-    The hop is claimed first (one atomic step in the study database): a
+    With ``message`` (the hop message that named it), the hop is first checked
+    against what the study database records and the shards this worker owns
+    (``_admission``): one that fails is set aside (``report.set_aside``) and
+    trains nothing. ``again`` says the message came before (a broker's
+    redelivery, a retry; where the caller cannot tell, as the inline runner, it
+    may have): only then does a delivery that finds its hop done send the next
+    hop again. The hop is claimed (one atomic step in the study database): a
     delivery that finds a live holder, or the hop done, trains nothing. A
     failure is recorded on the hop: a transient one is raised for the task to
     retry, one that repeats (or a model that cannot be built) fails the trial
     with its reason, any other is retried once (``report.retry``). An input
     checkpoint that cannot be read is set aside and the hop that wrote it runs again.
     """
-    claimed = claim(rt, trial_id, epoch, position)
+    study: StudyRow | None = None
+    if message is not None:
+        found = refusal(rt, message.region, message.study, message.shard)
+        if isinstance(found, str):
+            return set_aside_report(HopReport(trial_id, epoch, position, message.shard),
+                                    f"{hop_name(trial_id, epoch, position)}: {found}")
+        study = found
+    claimed = claim(rt, trial_id, epoch, position, None if message is None else message.shard,
+                    study=study, again=again)
     if isinstance(claimed, HopReport):
         return claimed
     return finish(rt, claimed, on_progress)
 
 
-def claim(rt: Runtime, trial_id: int, epoch: int, position: int, shard: int | None = None
-          ) -> Claimed | HopReport:
+def set_aside_report(report: HopReport, reason: str) -> HopReport:
+    """``report`` of a delivery whose message no worker may act on, for ``reason``."""
+    report.set_aside, report.skipped = reason, f"set aside: {reason}"
+    return report
+
+
+def claim(rt: Runtime, trial_id: int, epoch: int, position: int, shard: int | None = None, *,
+          study: StudyRow | None = None, again: bool = True) -> Claimed | HopReport:
     """Claim hop (trial, epoch, position) for this worker, or the final report of a delivery
-    that may not train it. With ``shard`` (a cohort's), a hop recorded on another shard is
-    not claimed: the report sends its own message to its own shard."""
+    that may not train it. ``shard`` and ``study`` are the message's, where it named them
+    (``study`` checked already): a hop the database does not record so, on another shard
+    or of another study, is set aside (``admit``). ``again`` is ``run_hop``'s."""
     db = rt.db
-    trial = db.trial(trial_id)
-    study = db.study(trial.study_id)
-    record = db.epoch(trial_id, epoch)
-    report = HopReport(trial_id, epoch, position, -1)
-    if record is None or position >= len(record.visit_order):
-        report.skipped = f"trial {trial_id} has no epoch {epoch} position {position} recorded"
-        return report
-    order = record.visit_order
-    report.shard = order[position]
+    report = HopReport(trial_id, epoch, position, -1 if shard is None else shard)
+    admitted = admit(rt, trial_id, epoch, position, study=study, shard=shard)
+    if isinstance(admitted, str):
+        return set_aside_report(report, admitted)
+    study, trial, record = admitted
+    report.shard = record.visit_order[position]
     if trial.state not in ACTIVE_STATES:
         report.skipped = f"trial is {trial.state}"
         return report
     region = region_of(study)
-    if shard is not None and report.shard != shard:
-        report.skipped = f"recorded on shard {report.shard}, not {shard}: sent there"
-        report.dispatch.append(hop_dispatch(region.name, study.id, trial_id, epoch, position,
-                                            report.shard))
-        return report
     outcome, hop, previous = HopRecords(db).claim(trial_id, epoch, position, report.shard,
                                                   worker=rt.worker, holder=rt.holder,
                                                   live_after=live_after())
@@ -148,7 +169,7 @@ def claim(rt: Runtime, trial_id: int, epoch: int, position: int, shard: int | No
                   f"(max_redeliveries={region.max_redeliveries}); "
                   f"last on worker {previous}")
         return _fail_trial(rt, study, trial, report, reason)
-    return Claimed(region, study, trial, record, report, outcome, hop)
+    return Claimed(region, study, trial, record, report, outcome, hop, again=again)
 
 
 #: How a claimed hop trains: (runtime, claimed, manifest, checkpoint key) -> its model.
@@ -190,14 +211,14 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
     if claim == "done":
         report.skipped = "output checkpoint exists"
         report.samples, report.loss = hop.samples, hop.loss
-        report.dispatch.extend(_hand_on_again(rt, region, study, trial_id, epoch, position))
-        if position + 1 == len(order):
-            if record.finished_at is None:  # the epoch is undecided: validate its weights
-                try:
-                    model, _ = model_at(rt, region, study, trial, epoch, position,
-                                        manifest["meta"])
-                except CheckpointError as exc:  # this hop's own output: it runs again
-                    return _rewind(rt, region, study, trial, report, exc, at=(epoch, position))
+        if c.again:
+            report.dispatch.extend(_hand_on_again(rt, region, study, record, position))
+        if position + 1 == len(order) and record.finished_at is None:
+            # the epoch is undecided (its decider died, or decides now): validate its weights
+            try:
+                model, _ = model_at(rt, region, study, trial, epoch, position, manifest["meta"])
+            except CheckpointError as exc:  # this hop's own output: it runs again
+                return _rewind(rt, region, study, trial, report, exc, at=(epoch, position))
             report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)
         return report
     done = None if c.in_pass else readable(store, key)
@@ -356,17 +377,27 @@ def _rewind(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
     return report
 
 
-def _hand_on_again(rt: Runtime, region: RegionConfig, study: StudyRow, trial_id: int,
-                   epoch: int, position: int) -> list[Dispatch]:
-    """A done hop delivered again hands on again while its successor still waits.
+def _hand_on_again(rt: Runtime, region: RegionConfig, study: StudyRow, record: EpochRow,
+                   position: int) -> list[Dispatch]:
+    """A done hop delivered again hands on again while its successor still waits: the next
+    hop of its epoch, or after the epoch's last hop (once the epoch is decided) the next
+    epoch's first.
 
-    Its first delivery recorded the next hop as queued and may have died before
-    sending it; a copy is harmless (the successor is claimed once).
+    Only for a message that came before (``Claimed.again``): its first delivery
+    recorded the successor as queued and may have died before sending it. A copy
+    (a duplicate, or the resend this sends) hands on nothing, so it costs one
+    delivery and does not follow the trial down its chain.
     """
-    following = HopRecords(rt.db).get(trial_id, epoch, position + 1)
+    trial_id, epoch = record.trial_id, record.epoch
+    if position + 1 < len(record.visit_order):
+        following = HopRecords(rt.db).get(trial_id, epoch, position + 1)
+    elif record.finished_at is not None:
+        following = HopRecords(rt.db).get(trial_id, epoch + 1, 0)
+    else:
+        return []
     if following is None or following.state != "queued":
         return []
-    return [hop_dispatch(region.name, study.id, trial_id, epoch, position + 1,
+    return [hop_dispatch(region.name, study.id, trial_id, following.epoch, following.position,
                          following.shard)]
 
 

@@ -151,8 +151,9 @@ def _take_over(rt: Runtime, app: Celery, waiting: list[WaitingHop]) -> None:
         target = min(consumed, key=lambda n: (not any(q.startswith(f"hop.{region}.")
                                                         for q in consumed[n]),
                                               len(consumed[n]), n))
+        reason = f"no live consumer for {takeover_seconds():.0f} s"
+        # recorded first: the worker trains the queue's hops only once it finds its takeover
+        records.add_takeover(queue, target, reason)
         app.control.add_consumer(queue, destination=[target], reply=True, timeout=2.0)
         consumed[target].add(queue)
-        reason = f"no live consumer for {takeover_seconds():.0f} s"
-        records.add_takeover(queue, target, reason)
         log.warning("shard queue %s has %s: %s takes it over", queue, reason, target)

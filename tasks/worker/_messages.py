@@ -70,8 +70,9 @@ def parse_hop(kwargs: dict[str, Any], queue: str | None) -> HopMessage:
 
     Exactly: every field present with its own JSON type (no ``"2"`` for ``2``, no
     ``true`` for ``1``), no field more, numbers not negative, and region and shard
-    those of the queue it came from, so a misrouted copy never trains on a worker
-    that does not own the shard.
+    those of the queue it came from. That the fields are the hop's (a copy may be
+    rewritten to match another queue) is checked against the study database at
+    its claim (``hoptune.tasks.hop._admission``).
     """
     _check_fields(kwargs, _HOP_FIELDS, "hop")
     hop = HopMessage(**kwargs)

@@ -13,6 +13,10 @@ Layers, and what each one raises on a bad message:
   message for a hoptune task.
 - The hop task checks its keyword arguments against the hop schema exactly
   (``_messages.parse_hop``) and sets aside what fails.
+- The hop's claim checks the message against the study database (its study,
+  region, trial, epoch, and the shard where the hop was placed) and against
+  the shards this worker owns (``hoptune.tasks.hop._admission``); a
+  ``tune_step`` naming no study is checked the same way. What fails is set aside.
 
 Set aside means: logged once with its queue and the reason, and pushed to the
 dead-letter list (``dead_letter.DEAD_LETTERS``), where an operator can read it

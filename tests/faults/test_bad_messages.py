@@ -3,7 +3,9 @@
 Pushed by hand onto a hop queue the way an operator or a buggy producer would:
 raw bytes, a pickle envelope, an envelope with no task header, an unknown
 task, a hop with a mistyped, missing or unknown field, a hop routed to the
-wrong shard's queue. The worker stays up throughout and still answers.
+wrong shard's queue, a hop rewritten to match another queue, a hop reaching a
+worker that does not own its shard, a message naming a study, trial or epoch
+the database does not have. The worker stays up throughout and still answers.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 import uuid
 
 from hoptune.tasks.worker._dead_letter import read_dead_letters
+from hoptune.tuner import HopRecords
 
 QUEUE = "hop.north.0"
 HOP = {"region": "north", "study": 1, "trial": 2, "epoch": 0, "position": 0, "shard": 0}
@@ -135,3 +138,80 @@ def test_a_worker_sets_aside_every_bad_cohort_message(workers, redis_server) -> 
     log = workers.log("w0")
     assert log.count(f"message on queue {QUEUE} set aside") == 5
     assert "Training" not in log
+
+
+def test_a_hop_rewritten_to_match_another_queue_trains_nowhere(scenario, workers,
+                                                              redis_server) -> None:
+    """One owner of north:0, one of south:0, none of north:1. A queued hop of north:1, its
+    fields rewritten to match hop.north.0 and hop.south.0, reaches those queues' owners:
+    the study database places it on north:1, so both copies are dead letters. Its own
+    message, once a worker that does not own north:1 (and was not told to take it over)
+    consumes that queue, is one too. Nobody trains it."""
+    workers.env["HOPTUNE_TAKEOVER_SECONDS"] = "600"  # nobody is told to take north:1 over
+    workers.start("w0", "north:0")
+    workers.start("w1", "south:0")
+    workers.wait_ready()
+    study = scenario.start(configs=[{"lr": 0.01}], epochs=1, parallel=1)
+    db = scenario.runtime().db
+    waiting: list = []
+
+    def on_shard_1() -> bool:
+        waiting[:] = [h for h in HopRecords(db).all(study_id=study)
+                      if h.shard == 1 and h.state == "queued"]
+        return bool(waiting)
+
+    scenario.wait_until(on_shard_1, 120, "a hop queued on north:1, which nobody owns")
+    (hop,) = waiting
+    fields = {"study": study, "trial": hop.trial_id, "epoch": hop.epoch,
+              "position": hop.position}
+    app, client = scenario.app, redis_server.client()
+    app.send_task("hoptune.hop", kwargs={**fields, "region": "north", "shard": 0},
+                  queue="hop.north.0")
+    app.send_task("hoptune.hop", kwargs={**fields, "region": "south", "shard": 0},
+                  queue="hop.south.0")
+    name = f"hop of trial {hop.trial_id} epoch {hop.epoch} position {hop.position}"
+    entries = _wait_dead_letters(client, 2)
+    assert sorted((e["queue"], e["reason"]) for e in entries) == [
+        ("hop.north.0", f"{name}: placed on shard 1, not 0"),
+        ("hop.south.0", f"{name}: study {study} is of region north, not south")]
+
+    app.control.add_consumer("hop.north.1", destination=["w1@faults"], reply=True, timeout=5)
+    entries = _wait_dead_letters(client, 3)
+    assert {(e["queue"], e["reason"]) for e in entries[:-2]} == {
+        ("hop.north.1", f"{name}: worker w1@faults does not own shard north:1 and was not "
+                        f"told to take hop.north.1 over")}
+
+    again = HopRecords(db).get(hop.trial_id, hop.epoch, hop.position)
+    assert (again.state, again.deliveries) == ("queued", 0)  # no copy reached its claim
+    assert (hop.trial_id, hop.epoch, hop.position) not in scenario.trainings()
+    assert "trained hop" not in workers.log("w1")
+    assert [workers.processes[n].poll() for n in ("w0", "w1")] == [None, None]
+
+
+def test_a_message_naming_what_the_database_does_not_have_is_set_aside(scenario, workers,
+                                                                       redis_server) -> None:
+    """A hop naming no trial, or an epoch its trial does not have; a cohort and a tune_step
+    naming no study: each a dead letter with its reason, no traceback; the study beside
+    them finishes as if they had never been sent."""
+    workers.start("w0", "north:0,north:1")
+    workers.wait_ready()
+    study = scenario.start(configs=[{"lr": 0.01}], epochs=1, parallel=1)
+    (trial,) = scenario.runtime().db.trials(study)
+    app, client = scenario.app, redis_server.client()
+    app.send_task("hoptune.hop", kwargs={**HOP, "study": study, "trial": 99999}, queue=QUEUE)
+    app.send_task("hoptune.hop", kwargs={**HOP, "study": study, "trial": trial.id, "epoch": 7},
+                  queue=QUEUE)
+    app.send_task("hoptune.cohort_hop", kwargs={**COHORT, "study": 99999}, queue=QUEUE)
+    app.send_task("hoptune.tune_step", kwargs={"study": 99999}, queue="hoptune.control")
+
+    entries = _wait_dead_letters(client, 4)
+    assert sorted((e["queue"], e["reason"]) for e in entries) == sorted([
+        (QUEUE, "hop of trial 99999 epoch 0 position 0: no trial 99999"),
+        (QUEUE, f"hop of trial {trial.id} epoch 7 position 0: trial {trial.id} has no epoch 7"),
+        (QUEUE, "cohort hop of trials [2, 3] position 0: no study 99999"),
+        ("hoptune.control", "hoptune.tune_step: no study 99999")])
+    scenario.settle(study)
+    scenario.check(study)
+    assert workers.processes["w0"].poll() is None
+    log = workers.log("w0")
+    assert "StudyError" not in log and "raised unexpected" not in log

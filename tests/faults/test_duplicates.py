@@ -22,12 +22,15 @@ class Duplicator:
 
     Every queued hop is sent again as soon as it is seen, and every finished
     hop once more ``late`` seconds after it finished (a redelivery that
-    arrives after the original's work is done).
+    arrives after the original's work is done). With ``once``, every hop is
+    sent once more when it is first seen, queued, running or done: each hop
+    message twice in all.
     """
 
     def __init__(self, scenario, study: int, *, late: float = 0.0,
-                 last_only: bool = False) -> None:
+                 last_only: bool = False, once: bool = False) -> None:
         self.scenario, self.study, self.late, self.last_only = scenario, study, late, last_only
+        self.once = once
         self.sent: set[tuple] = set()
         self.copies = 0
         self._stop = threading.Event()
@@ -55,8 +58,9 @@ class Duplicator:
                 last = hop.position == len(order) - 1
                 if self.last_only and not last:
                     continue
-                key = (hop.trial_id, hop.epoch, hop.position, hop.state == "done")
-                due = hop.state == "queued" or (
+                key = (hop.trial_id, hop.epoch, hop.position,
+                       not self.once and hop.state == "done")
+                due = self.once or hop.state == "queued" or (
                     hop.state == "done"
                     and (now - hop.finished_at).total_seconds() >= self.late)
                 if key in self.sent or not due:
@@ -84,6 +88,32 @@ def test_every_hop_delivered_twice_to_two_replicas_trains_once(scenario, workers
     # replica wins a hop is the broker's timing (one once trained none of its shard's 8)
     for name in ("a0", "b0", "a1", "b1"):
         assert re.search(r"Task hoptune\.hop\[[^\]]+\] received", workers.log(name)), name
+
+
+def test_every_hop_sent_twice_costs_two_deliveries_whatever_the_trial_length(
+        scenario, workers) -> None:
+    """A copy of a hop that is done hands on nothing: it does not follow the trial down its
+    chain (deliveries per position once grew 2, 3, 4, ... along each trial)."""
+    # no sweeper resends: on a loaded host a hop may wait past a short bound, and its
+    # resend would be a third delivery that this test does not inject
+    workers.env["HOPTUNE_RESEND_SECONDS"] = "600"
+    workers.start("w0", "north:0")
+    workers.start("w1", "north:1")
+    workers.wait_ready()
+    study = scenario.start(configs=[{"lr": 0.01}, {"lr": 0.02}], epochs=8)
+    db = scenario.runtime().db
+    with Duplicator(scenario, study, once=True) as copies:
+        scenario.settle(study)
+        scenario.wait_until(lambda: copies.copies == 2 * 8 * 2, 10, "a copy of every hop")
+    scenario.check(study)  # each hop trained once, weights bitwise their replay's
+    hops = HopRecords(db).all(study_id=study)
+    assert len(hops) == 2 * 8 * 2
+    per_position: dict[int, list[int]] = {}
+    for hop in hops:
+        per_position.setdefault(hop.epoch * 2 + hop.position, []).append(hop.deliveries)
+    assert max(max(d) for d in per_position.values()) <= 2, per_position
+    assert sum(h.deliveries for h in hops) <= 2 * len(hops)
+    assert sum(h.interrupted for h in hops) == 0
 
 
 def _pruned_run(scenario, workers, duplicate: bool) -> dict:

@@ -27,8 +27,8 @@ from hoptune.tasks.study._inline import run_inline
 from hoptune.tasks.study._workflow import hand_on_cohort, tune_step
 from hoptune.tasks.worker._messages import (
     BadMessage,
+    CohortMessage,
     cohort_dispatch,
-    hop_dispatch,
     parse_cohort,
 )
 from hoptune.tasks.worker._runtime import region_of
@@ -233,7 +233,9 @@ def test_a_trial_filling_a_freed_slot_joins_the_cohort_at_its_epoch_boundary(mak
     assert_as_alone(rt, study)
 
 
-def test_a_member_recorded_on_another_shard_is_sent_there(make_config, rt) -> None:
+def test_a_member_recorded_on_another_shard_is_set_aside(make_config, rt) -> None:
+    """Its hop was placed on another shard: the message is stale or rewritten, the member's
+    own message went there already, and this worker may not train that shard's data."""
     region, manifest = _setup(make_config, rt, fuse=4, shards=2, epochs=1, parallel=4)
     study = create_study(rt, region, manifest=manifest, configs=CONFIGS[:2])
     (message,) = tune_step(rt, study)
@@ -241,8 +243,35 @@ def test_a_member_recorded_on_another_shard_is_sent_there(make_config, rt) -> No
     other = 1 - k["shard"]
     reports = run_cohort_hop(rt, k["trials"], k["epochs"], 0, other)
     assert not any(r.trained for r in reports)
-    assert [d for r in reports for d in r.dispatch] == [
-        hop_dispatch("north", study, t, 0, 0, k["shard"]) for t in k["trials"]]
+    assert [d for r in reports for d in r.dispatch] == []
+    assert [r.set_aside for r in reports] == [
+        f"hop of trial {t} epoch 0 position 0: placed on shard {k['shard']}, not {other}"
+        for t in k["trials"]]
+    assert [h.deliveries for t in k["trials"] for h in HopRecords(rt.db).all(t)] == [0, 0]
+
+
+def test_a_cohort_message_is_checked_against_the_study_database(make_config, rt) -> None:
+    """A member the database does not have is set aside alone and the others train; a
+    message of a study that is not of its region is set aside whole, nobody claimed."""
+    region, manifest = _setup(make_config, rt, fuse=4, shards=2, epochs=1, parallel=4)
+    study = create_study(rt, region, manifest=manifest, configs=CONFIGS[:2])
+    (message,) = tune_step(rt, study)
+    k = message.kwargs
+    trials, epochs = (*k["trials"], 99999), (*k["epochs"], 0)
+    south = CohortMessage("south", study, trials, epochs, 0, k["shard"])
+    reports = run_cohort_hop(rt, trials, epochs, 0, k["shard"], message=south)
+    reason = (f"cohort hop of trials {list(trials)} position 0: study {study} is of region "
+              f"north, not south")
+    assert [(r.trial_id, r.set_aside, r.trained) for r in reports] == [
+        (t, reason, False) for t in trials]
+    assert [h.deliveries for t in k["trials"] for h in HopRecords(rt.db).all(t)] == [0, 0]
+
+    north = CohortMessage("north", study, trials, epochs, 0, k["shard"])
+    reports = run_cohort_hop(rt, trials, epochs, 0, k["shard"], message=north)
+    by_trial = {r.trial_id: r for r in reports}
+    assert by_trial[99999].set_aside == "hop of trial 99999 epoch 0 position 0: no trial 99999"
+    assert [by_trial[t].trained for t in k["trials"]] == [True, True]
+    assert all(by_trial[t].set_aside is None for t in k["trials"])
 
 
 TABULAR = """
