@@ -2,7 +2,10 @@
 
 ``HOPTUNE_HOME`` (default ``./.hoptune``) holds the embedded defaults: the
 SQLite study database, the store folder and the embedded Redis socket. Each
-can be pointed elsewhere for a cluster. ``HOPTUNE_NIGHTLY_DEADLINE`` (``6h``,
+can be pointed elsewhere for a cluster. The region configuration is
+``HOPTUNE_CONFIG``, else ``./hoptune.toml``; where neither is there, the one
+``hoptune demo`` wrote into the home (``demo/hoptune.toml``), so the commands a
+new user runs after the demo find the demo's regions. ``HOPTUNE_NIGHTLY_DEADLINE`` (``6h``,
 ``90m``, ``1h30m`` or seconds) is how long a nightly run may take: its start
 logs the plan and warns at once when the plan predicts a miss.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +42,21 @@ def parse_duration(text: str, where: str = "duration") -> float:
     return seconds
 
 
+def demo_config(home: Path) -> Path:
+    """The configuration ``hoptune demo`` writes into ``home``."""
+    return home / "demo" / "hoptune.toml"
+
+
+def _config_path(env: Mapping[str, str], home: Path) -> Path:
+    """``$HOPTUNE_CONFIG``; else ./hoptune.toml, or the demo's where only that one exists."""
+    if env.get("HOPTUNE_CONFIG"):
+        return Path(env["HOPTUNE_CONFIG"]).expanduser().absolute()
+    local = Path("hoptune.toml").absolute()
+    if not local.exists() and demo_config(home).is_file():
+        return demo_config(home)
+    return local
+
+
 @dataclass(frozen=True)
 class Settings:
     """Locations of the home folder, store, study database and broker."""
@@ -58,11 +77,16 @@ class Settings:
             store_url=env.get("HOPTUNE_STORE_URL") or str(home / "store"),
             database_url=env.get("HOPTUNE_DATABASE_URL") or f"sqlite:///{home / 'studies.db'}",
             broker_url=env.get("HOPTUNE_BROKER_URL") or None,
-            config_path=Path(env.get("HOPTUNE_CONFIG") or "hoptune.toml").expanduser().absolute(),
+            config_path=_config_path(env, home),
             nightly_deadline=(parse_duration(env["HOPTUNE_NIGHTLY_DEADLINE"],
                                              "HOPTUNE_NIGHTLY_DEADLINE")
                               if env.get("HOPTUNE_NIGHTLY_DEADLINE") else None),
         )
+
+    @property
+    def demo_config(self) -> Path:
+        """Where ``hoptune demo`` writes its configuration (its data lies beside it)."""
+        return demo_config(self.home)
 
     @property
     def embedded_socket(self) -> Path:

@@ -23,7 +23,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hoptune.core import ConfigError
-from hoptune.regions._schema import EXPECT, TAGS, Defaults, RegionConfig, Schedule, quote
+from hoptune.regions._schema import (
+    EXPECT,
+    TAGS,
+    Defaults,
+    RegionConfig,
+    Schedule,
+    did_you_mean,
+    quote,
+)
 
 __all__ = ["Config", "load_config", "display_path"]
 
@@ -48,7 +56,8 @@ class Config(BaseModel):
         except KeyError:
             known = ", ".join(sorted(self.regions))
             raise ConfigError(
-                f"{display_path(self.path)}: no region {name!r} (known: {known})"
+                f"{display_path(self.path)}: no region {name!r}"
+                f"{did_you_mean(name, self.regions)} (known: {known})"
             ) from None
 
 
@@ -59,7 +68,7 @@ def load_config(path: str | Path) -> Config:
     raw = _read_toml(path, where)
     for key in raw:
         if key not in _TOP_LEVEL:
-            raise ConfigError(f"{where}: unknown field {key!r}")
+            raise ConfigError(f"{where}: unknown field {key!r}{did_you_mean(key, _TOP_LEVEL)}")
     defaults_raw = _table(raw, "defaults", where, required=False)
     schedule_raw = _table(raw, "schedule", where, required=False)
     regions_raw = _table(raw, "regions", where, required=True)
@@ -79,7 +88,8 @@ def load_config(path: str | Path) -> Config:
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: {prefix}: must be a table, got {quote(table)}")
         if "name" in table:
-            raise ConfigError(f"{where}: {prefix}: unknown field 'name'")
+            raise ConfigError(f"{where}: {prefix}: unknown field 'name' (the table's name "
+                              f"is the region's)")
         merged = {"name": name, **copy.deepcopy(inherited), **copy.deepcopy(table)}
         for key in _MERGED_TABLES:
             if isinstance(table.get(key), dict) and isinstance(inherited.get(key), dict):
@@ -145,16 +155,27 @@ def _validate(
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
-        raise ConfigError(f"{where}: {_one_line(exc.errors()[0], data, prefix)}") from None
+        raise ConfigError(f"{where}: {_one_line(_first(exc.errors()), data, prefix, model)}"
+                          ) from None
 
 
-def _one_line(error: Any, data: dict[str, Any], prefix: str) -> str:
-    """Turn the first pydantic error into ``field.path: what is wrong, got VALUE``."""
+def _first(errors: list[Any]) -> Any:
+    """The error to report: an unknown field before all else, since a misspelt field
+    (``famly``) also makes the one it meant missing, and the typo is what to fix."""
+    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+
+
+def _one_line(error: Any, data: dict[str, Any], prefix: str,
+              model: type[BaseModel] | None = None) -> str:
+    """Turn a pydantic error into ``field.path: what is wrong, got VALUE``; an unknown
+    field with the known one it is closest to (``did you mean 'family'?``)."""
     loc = [part for i, part in enumerate(error["loc"]) if not _is_tag(error["loc"], i)]
     kind = error["type"]
-    if kind in ("extra_forbidden", "missing"):
-        what = "unknown field" if kind == "extra_forbidden" else "missing field"
-        return f"{_join(prefix, loc[:-1])}: {what} {loc[-1]!r}"
+    if kind == "extra_forbidden":
+        hint = did_you_mean(loc[-1], _fields_at(model, error["loc"][:-1]))
+        return f"{_join(prefix, loc[:-1])}: unknown field {loc[-1]!r}{hint}"
+    if kind == "missing":
+        return f"{_join(prefix, loc[:-1])}: missing field {loc[-1]!r}"
     if kind == "hoptune":
         return f"{_join(prefix, loc + list(error['ctx'].get('field', ())))}: {error['msg']}"
     for end in range(len(loc), 0, -1):
@@ -163,6 +184,40 @@ def _one_line(error: Any, data: dict[str, Any], prefix: str) -> str:
             value = _lookup(data, loc[:end], error["input"])
             return f"{_join(prefix, loc[:end])}: must be {EXPECT[name]}, got {quote(value)}"
     return f"{_join(prefix, loc)}: {error['msg']}"
+
+
+def _fields_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
+    """The field names of the model that ``loc`` (pydantic's error path) leads to."""
+    current: Any = model
+    annotation: Any = None
+    for i, part in enumerate(loc):
+        if _is_tag(loc, i):  # the chosen member of the columns' tagged union
+            current = _model_of(annotation, part)
+            continue
+        field = current.model_fields.get(part) if current and isinstance(part, str) else None
+        if field is None:
+            return []
+        annotation = field.annotation
+        current = _model_of(annotation)
+    return list(current.model_fields) if current is not None else []
+
+
+def _model_of(annotation: Any, tag: str | None = None) -> type[BaseModel] | None:
+    """The model a field holds (through ``X | None`` and tagged unions), or None for a plain
+    value; with ``tag``, the union's member of that tag."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    args = typing.get_args(annotation)
+    tags = [a.tag for a in args if isinstance(getattr(a, "tag", None), str)]
+    if tags and tag is not None:  # a member of a tagged union: this one, or none
+        return _model_of(args[0]) if tag in tags else None
+    for arg in args:
+        found = _model_of(arg, tag)
+        if found is not None:
+            return found
+    return None
 
 
 def _is_tag(loc: tuple, i: int) -> bool:

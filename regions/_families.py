@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hoptune.core import ConfigError
 from hoptune.regions._metrics import METRICS, default_metric
-from hoptune.regions._schema import RegionConfig
+from hoptune.regions._schema import RegionConfig, did_you_mean
 from hoptune.regions._trial_settings import TRAINING_PARAMS, check_training_space
 
 if TYPE_CHECKING:
@@ -154,7 +154,8 @@ class Family(ABC):
         for key in names:
             if key not in self.known:
                 raise ConfigError(
-                    f"{where}family {self.name!r} has no parameter {key!r} "
+                    f"{where}family {self.name!r} has no parameter {key!r}"
+                    f"{did_you_mean(key, sorted(self.known))} "
                     f"(known: {', '.join(sorted(self.known))}){self._declare_hint}"
                 )
 

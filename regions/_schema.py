@@ -8,7 +8,9 @@ field's expectation, quoted in error messages, is in ``EXPECT``.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
+import zlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -37,7 +39,9 @@ __all__ = [
     "RegionConfig",
     "Schedule",
     "TabularColumns",
+    "did_you_mean",
     "quote",
+    "region_seed",
 ]
 
 EXPECT = {
@@ -89,6 +93,29 @@ def quote(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(quote(v) for v in value) + "]"
     return repr(value)
+
+
+def did_you_mean(name: Any, known: Any) -> str:
+    """`` (did you mean 'x'?)`` where ``name`` is close to one of the ``known`` names, else ''.
+
+    A typo (``famly``, ``nrth``) is then named with its fix in the same line. Only a
+    name with the same first letter is offered: a typo seldom hits it, and ``south``
+    is another region than ``north``, not a misspelling of it.
+    """
+    if not isinstance(name, str):
+        return ""
+    close = [k for k in difflib.get_close_matches(name, [str(k) for k in known], n=3,
+                                                  cutoff=0.6) if k[:1] == name[:1]]
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def region_seed(name: str) -> int:
+    """The seed of a region that sets none: its name's CRC-32, stable across runs and hosts.
+
+    Regions then draw their own first proposals and minibatch orders instead
+    of all the same ones; below 2**31, as the study database stores it.
+    """
+    return zlib.crc32(name.encode()) % 2**31
 
 
 def _problem(message: str, *field: str) -> PydanticCustomError:
@@ -241,7 +268,8 @@ class Defaults(_Frozen):
     @classmethod
     def _family(cls, value: str | None) -> str | None:
         if value not in (None, "rating_mf", "mlp") and not _FACTORY.fullmatch(value):
-            raise ValueError("bad family")
+            raise _problem(f"must be {EXPECT['family']}, got {quote(value)}"
+                           + did_you_mean(value, ("rating_mf", "mlp")))
         return value
 
     @field_validator("rating_range")
@@ -277,6 +305,8 @@ class RegionConfig(Defaults):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        if isinstance(data.get("name"), str):  # no seed of its own: one of the region's name
+            data.setdefault("seed", region_seed(data["name"]))
         if data.get("family") == "rating_mf":
             data.setdefault("task", "rating")
         if data.get("task") == "rating":

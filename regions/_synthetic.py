@@ -101,7 +101,7 @@ def write_demo(
             f"rating_range = [1.0, 5.0]\n"
         )
     config = folder / "hoptune.toml"
-    config.write_text(_DEMO_HEADER.format(seed=seed) + "\n" + "\n".join(blocks))
+    config.write_text(_DEMO_HEADER.format() + "\n" + "\n".join(blocks))
     return config
 
 
@@ -111,11 +111,11 @@ _DEMO_HEADER = """\
 shards = 2
 epochs = 3
 batch_size = 256
-seed = {seed}
+# no seed here: each region's comes from its name, so regions draw their own proposals
 validation_fraction = 0.2
 optimizer = "fused_adamw"
 trials = 8
-parallel = 4
+parallel = 2
 max_redeliveries = 3
 
 [defaults.params]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "Dim",
     "TrialResult",
     "WorkerLoad",
+    "draw_champions",
     "plot_champions",
     "plot_gantt",
     "plot_history",
@@ -57,13 +58,14 @@ _STYLE = {
 
 @dataclass(frozen=True)
 class TrialResult:
-    """One trial as the plots see it: ``metric`` is its best finite epoch metric or None."""
+    """One trial as the plots see it: ``metric`` is its selected epoch's metric or None."""
 
     number: int
     state: str
     params: dict[str, Any]
     metric: float | None
     curve: tuple[tuple[int, float], ...] = ()  # (epoch number from 1, finite metric)
+    selected: int | None = None  # the selected epoch, numbered from 1
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,14 @@ class Bar:
 
 @dataclass(frozen=True)
 class WorkerLoad:
-    """A worker's hops and its busy share of the study's hop span."""
+    """A worker's hops and its busy share of the study's hop span, and its share on the hops
+    of other studies (other regions') within that span."""
 
     worker: str
     hops: int
     busy_seconds: float
     share: float
+    other_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,9 @@ def plot_learning_curves(path: Path, trials: Sequence[TrialResult], *, metric_na
                 markersize=5, label=f"trial {t.number}")
         ax.plot(xs[-1:], ys[-1:], linestyle="", marker=marker, color=colour, markersize=9,
                 markeredgewidth=2, markerfacecolor="none" if marker != "x" else colour)
+        if t.selected is not None and t.metric is not None:  # the epoch whose metric counts
+            ax.plot([t.selected], [t.metric], linestyle="", marker="o", markersize=14,
+                    markerfacecolor="none", markeredgecolor=colour, markeredgewidth=1.2)
     ax.set_xlabel("epoch")
     ax.set_ylabel(metric_label(metric_name, minimize))
     ax.set_title(title, loc="left", fontsize=12)
@@ -249,6 +256,10 @@ def plot_learning_curves(path: Path, trials: Sequence[TrialResult], *, metric_na
     style_handles = [Line2D([], [], color="#444444", linestyle=_STYLE[s][0],
                             marker=_STYLE[s][1], markerfacecolor="none", label=s)
                      for s in states if s in _STYLE]
+    if any(t.selected is not None for t in drawn):
+        style_handles.append(Line2D([], [], linestyle="", marker="o", markersize=10,
+                                    markerfacecolor="none", color="#444444",
+                                    label="selected epoch"))
     styles = ax.legend(handles=style_handles, loc="upper right", fontsize=8, title="state",
                        title_fontsize=8, framealpha=0.9)
     if len(drawn) <= 20:
@@ -277,9 +288,10 @@ def plot_gantt(path: Path, bars: Sequence[Bar], loads: Sequence[WorkerLoad]) -> 
     ax.set_ylim(len(workers) - 0.5, -0.5)
     ax.set_yticks(range(len(workers)),
                   [f"{name}  {load.share:.0%}"
+                   + (f" (+{load.other_share:.0%} other)" if load.other_share >= 0.005 else "")
                    for name, load in zip(_worker_labels(workers), loads, strict=True)],
                   fontsize=9 if len(workers) <= 30 else 6)
-    ax.set_xlabel(f"{unit} since the first hop started")
+    ax.set_xlabel(f"{unit} since the first hop started; +N% other: share on other studies' hops")
     ax.set_title(title + " (label: shard; row: worker and busy share)", loc="left", fontsize=12)
     ax.grid(True, axis="x", **GRID)
     ax.set_axisbelow(True)
@@ -302,9 +314,15 @@ def plot_gantt(path: Path, bars: Sequence[Bar], loads: Sequence[WorkerLoad]) -> 
     return save_png(fig, path)
 
 
+#: Up to this many promotions, the champion history shows points, each labelled with its
+#: date: a step line through two or three points, stretched to today, reads as a trend.
+FEW_PROMOTIONS = 4
+
+
 def plot_champions(path: Path, cards: Sequence[Card], *, region: str, metric_name: str,
                    minimize: bool, now: datetime) -> Path:
-    """The region's champion metric over the promotion dates, as a step plot."""
+    """The region's champion metric over the promotion dates: points for a few promotions,
+    a step plot for more."""
     title = f"Champion history of region {region}"
     dated = sorted((c for c in cards if c.created_at is not None and finite(c.metric)),
                    key=lambda c: c.created_at)  # type: ignore[arg-type, return-value]
@@ -312,13 +330,28 @@ def plot_champions(path: Path, cards: Sequence[Card], *, region: str, metric_nam
         return message_png(path, title, "no champion yet" if not cards
                            else "no promotion has both a date and a metric")
     fig = new_figure(4.0)
-    ax = fig.add_subplot()
+    draw_champions(fig.add_subplot(), dated, metric_name=metric_name, minimize=minimize,
+                   now=now)
+    fig.axes[0].set_title(title, loc="left", fontsize=12)
+    return save_png(fig, path)
+
+
+def draw_champions(ax: Axes, dated: Sequence[Card], *, metric_name: str, minimize: bool,
+                   now: datetime) -> None:
+    """Draw promotions (dated, with a metric, oldest first) on ``ax``: dates on the x axis.
+
+    A few promotions are points, each tick its date and time; more are a step
+    line held to ``now``, with dates from matplotlib's date locator.
+    """
     dates = [c.created_at for c in dated]
     values = [float(c.metric) for c in dated]  # type: ignore[arg-type]
-    end = max(now, dates[-1])
-    ax.step([*dates, end], [*values, values[-1]], where="post", color="#1f77b4", linewidth=1.8,
-            label="champion")
-    ax.scatter(dates, values, s=40, color="#1f77b4", zorder=3)
+    few = len(dated) <= FEW_PROMOTIONS
+    if not few:
+        end = max(now, dates[-1])  # type: ignore[type-var]
+        ax.step([*dates, end], [*values, values[-1]], where="post", color="#1f77b4",
+                linewidth=1.8, label="champion")
+    ax.scatter(dates, values, s=40 if not few else 60, color="#1f77b4", zorder=3,
+               label="champion" if few else None)
     before = [(c.created_at, c.previous_metric) for c in dated if finite(c.previous_metric)]
     if before:
         ax.scatter([d for d, _ in before], [m for _, m in before], s=40, zorder=3,
@@ -328,16 +361,22 @@ def plot_champions(path: Path, cards: Sequence[Card], *, region: str, metric_nam
     for c in shown:
         ax.annotate(c.version, (c.created_at, c.metric), textcoords="offset points",
                     xytext=(4, 6), fontsize=8)
-    locator = AutoDateLocator()
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    if few:
+        labels = [d.strftime("%Y-%m-%d\n%H:%M:%S") for d in dates]  # type: ignore[union-attr]
+        ax.set_xticks(dates, labels, fontsize=8)
+        first, last = dates[0], dates[-1]
+        pad = max((last - first) * 0.15, timedelta(minutes=5))  # type: ignore[operator]
+        ax.set_xlim(first - pad, last + pad)  # type: ignore[operator]
+    else:
+        locator = AutoDateLocator()
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        ax.margins(x=0.06)
     ax.set_xlabel("promotion date (UTC)")
     ax.set_ylabel(metric_label(metric_name, minimize))
-    ax.set_title(title, loc="left", fontsize=12)
     ax.grid(True, **GRID)
-    ax.margins(x=0.06, y=0.2)
+    ax.margins(y=0.2)
     ax.legend(loc="best", fontsize=8, framealpha=0.9)
-    return save_png(fig, path)
 
 
 def _time_unit(seconds: float) -> tuple[float, str]:

@@ -65,10 +65,23 @@ class Predictor:
             return self.model(data)
 
     def predict(self, rows: Rows, where: str = "rows") -> np.ndarray:
-        output = self._output(self.encode(rows, where))
+        return self.predict_encoded(self.encode(rows, where))
+
+    def predict_encoded(self, data: dict[str, torch.Tensor]) -> np.ndarray:
+        """``predict`` of rows ``encode`` returned."""
+        output = self._output(data)
         if self.region.task == "classification":
             return output.argmax(-1).numpy()
         return output.double().numpy()
+
+    def fallbacks(self, data: dict[str, torch.Tensor]) -> np.ndarray:
+        """Which encoded rows carry an id the model never saw (index -1): the model's
+        fallback predicted them (see ``regions``). All False for a model without ids."""
+        mask = np.zeros(len(next(iter(data.values()))), dtype=bool)
+        for key in ("user", "item"):
+            if key in data:
+                mask |= (data[key] < 0).numpy()
+        return mask
 
     def predict_proba(self, rows: Rows, where: str = "rows") -> np.ndarray:
         if self.region.task != "classification":

@@ -18,11 +18,12 @@ import io
 import logging
 import re
 import uuid
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from hoptune.core import Store, StoreError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["champion_version", "champion_card", "versions", "load_weights", "write_version",
            "set_champion", "next_version", "export_champion", "clean_staging"]
@@ -63,6 +64,8 @@ def next_version(store: Store, region: str) -> str:
 
 
 def load_weights(store: Store, region: str, version: str) -> dict[str, torch.Tensor]:
+    import torch  # here, not at the top: reading cards (models, status, export) needs none
+
     raw = store.read_bytes(f"{_prefix(region)}/{version}/weights.pt")
     return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
 
@@ -70,6 +73,8 @@ def load_weights(store: Store, region: str, version: str) -> dict[str, torch.Ten
 def write_version(store: Store, region: str, version: str, weights: dict[str, torch.Tensor],
                   card: dict[str, Any], ids: dict[str, list[str]] | None = None) -> None:
     """Write a version whole: into a staging folder, then moved to its name, card last."""
+    import torch
+
     buffer = io.BytesIO()
     torch.save(weights, buffer)
     staging = f"{_prefix(region)}/{_STAGING}{version}-{uuid.uuid4().hex[:8]}"

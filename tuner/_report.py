@@ -35,6 +35,7 @@ from hoptune.tuner._plots import (
 from hoptune.tuner._registry import champion_version, versions
 from hoptune.tuner._rows import EpochRow, HopRow, StudyRow, TrialRow
 from hoptune.tuner._schema import TRIAL_STATES, utcnow
+from hoptune.tuner._selection import selected_epoch
 from hoptune.tuner._studydb import StudyDB
 
 __all__ = ["PLOTS", "read_champions", "write_report"]
@@ -63,12 +64,13 @@ def write_report(db: StudyDB, store: Store, region: str, out: Path,
     hops = HopRecords(db).all(study_id=study.id)
     metric_name = _metric_name(study)
     minimize = bool(study.minimize)
-    results = [_result(t, curves[t.id], minimize) for t in trial_rows]
+    select = study.region_config.get("select", "best")
+    results = [_result(t, curves[t.id], minimize, select) for t in trial_rows]
     number_of = {t.id: t.number for t in trial_rows}
     best = next((t for t in trial_rows if t.id == study.best_trial_id), None)
     live = {t.id for t in trial_rows if t.state == "running"} \
         if study.state == "running" else set()
-    bars, loads, span = _gantt_data(hops, number_of, live, now)
+    bars, loads, span = _gantt_data(hops, number_of, live, now, HopRecords(db))
     cards, current = read_champions(store, region)
 
     out = Path(out)
@@ -83,7 +85,7 @@ def write_report(db: StudyDB, store: Store, region: str, out: Path,
     plot_champions(out / PLOTS["champions"], cards, region=region, metric_name=metric_name,
                    minimize=minimize, now=now)
     page = _page(study, trial_rows, results, best, hops, loads, span, cards, current,
-                 metric_name, now)
+                 metric_name, now, select)
     index = out / "index.html"
     tmp = out / f".index.html.tmp-{os.getpid()}"
     tmp.write_text(page, encoding="utf-8")
@@ -121,14 +123,16 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
-def _result(trial: TrialRow, epochs: list[EpochRow], minimize: bool) -> TrialResult:
-    """The trial's finite epoch metrics and the best of them (NaN epochs are skipped)."""
+def _result(trial: TrialRow, epochs: list[EpochRow], minimize: bool, select: str
+            ) -> TrialResult:
+    """The trial's finite epoch metrics (NaN epochs are skipped) and its selected epoch's:
+    the one metric every table, plot and the registry show for it (``selected_epoch``)."""
     curve = tuple((e.epoch + 1, float(e.metric)) for e in epochs if _finite(e.metric))
-    if curve:
-        metric: float | None = (min if minimize else max)(m for _, m in curve)
-    else:
-        metric = trial.best_metric if _finite(trial.best_metric) else None
-    return TrialResult(trial.number, trial.state, dict(trial.params), metric, curve)
+    chosen = selected_epoch(epochs, minimize, select)
+    if chosen is None:
+        return TrialResult(trial.number, trial.state, dict(trial.params), None, curve)
+    return TrialResult(trial.number, trial.state, dict(trial.params), chosen[1], curve,
+                       selected=chosen[0] + 1)
 
 
 def _dims(space: dict[str, Any] | None, trials: list[TrialRow]) -> list[Dim]:
@@ -178,28 +182,48 @@ def _intervals(hops: Sequence[HopRow], live: set[int], now: datetime
     return out
 
 
-def _loads(intervals: list[tuple[HopRow, datetime, datetime, bool]]
-           ) -> tuple[list[WorkerLoad], float]:
-    """Each worker's busy share of the hop span (first hop start to last hop end), and the span."""
+def _loads(intervals: list[tuple[HopRow, datetime, datetime, bool]],
+           others: Sequence[HopRow] = ()) -> tuple[list[WorkerLoad], float]:
+    """Each worker's busy share of the hop span (first hop start to last hop end), and the span.
+
+    ``others``: hops of other studies (other regions' too); the part of each
+    that falls in the span counts as the worker's time on other studies, so a
+    worker that served another region does not look idle.
+    """
     if not intervals:
         return [], 0.0
     origin = min(start for _, start, _, _ in intervals)
-    span = (max(end for _, _, end, _ in intervals) - origin).total_seconds()
+    end_of_span = max(end for _, _, end, _ in intervals)
+    span = (end_of_span - origin).total_seconds()
     busy: dict[str, list[float]] = {}
     for hop, start, end, _ in intervals:
         busy.setdefault(hop.worker, []).append((end - start).total_seconds())
-    loads = [WorkerLoad(w, len(d), sum(d), sum(d) / span if span > 0 else 1.0)
-             for w, d in sorted(busy.items(), key=lambda item: _natural(item[0]))]
+    elsewhere: dict[str, float] = {}
+    mine = {hop.id for hop, _, _, _ in intervals}
+    for hop in others:
+        if hop.id in mine or hop.worker is None or hop.started_at is None \
+                or hop.finished_at is None or hop.state != "done":
+            continue
+        overlap = (min(hop.finished_at, end_of_span) - max(hop.started_at, origin))
+        if overlap.total_seconds() > 0:
+            elsewhere[hop.worker] = elsewhere.get(hop.worker, 0.0) + overlap.total_seconds()
+    names = sorted(set(busy) | set(elsewhere), key=_natural)
+    loads = [WorkerLoad(w, len(busy.get(w, [])), sum(busy.get(w, [])),
+                        sum(busy.get(w, [])) / span if span > 0 else 1.0,
+                        elsewhere.get(w, 0.0) / span if span > 0 else 0.0)
+             for w in names]
     return loads, span
 
 
 def _gantt_data(hops: Sequence[HopRow], number_of: dict[int, int], live: set[int],
-                now: datetime) -> tuple[list[Bar], list[WorkerLoad], float]:
+                now: datetime, records: HopRecords | None = None
+                ) -> tuple[list[Bar], list[WorkerLoad], float]:
     intervals = _intervals(hops, live, now)
-    loads, span = _loads(intervals)
     if not intervals:
-        return [], loads, span
+        return [], [], 0.0
     origin = min(start for _, start, _, _ in intervals)
+    others = records.since(origin) if records is not None else []
+    loads, span = _loads(intervals, [h for h in others if h.trial_id not in number_of])
     bars = [Bar(hop.worker, (start - origin).total_seconds(), (end - origin).total_seconds(),
                 number_of[hop.trial_id], hop.shard, running)
             for hop, start, end, running in intervals]
@@ -301,8 +325,10 @@ def _duration(seconds: float) -> str:
 def _page(study: StudyRow, trials: list[TrialRow], results: list[TrialResult],
           best: TrialRow | None, hops: list[HopRow], loads: list[WorkerLoad],
           span: float, cards: list[Card], current: str | None, metric_name: str,
-          now: datetime) -> str:
+          now: datetime, select: str = "best") -> str:
     region = study.region
+    by_number = {r.number: r for r in results}
+    chosen = by_number.get(best.number) if best else None
     counts = {s: sum(t.state == s for t in trials) for s in TRIAL_STATES}
     done_hops = sum(h.state == "done" for h in hops)
     redelivered = sum(max(h.deliveries - 1, 0) for h in hops)
@@ -316,7 +342,9 @@ def _page(study: StudyRow, trials: list[TrialRow], results: list[TrialResult],
         ("trials by state", ", ".join(f"{s} {counts[s]}" for s in TRIAL_STATES)),
         ("metric", f"validation {metric_name} ({direction})"),
         ("best trial", best.number if best else None),
-        (f"best {metric_name}", best.best_metric if best else None),
+        (f"best {metric_name}", chosen.metric if chosen else None),
+        ("its selected epoch", f"{chosen.selected} (select = {select!r}; epochs numbered "
+                               f"from 1)" if chosen and chosen.selected else None),
         ("best params", best.params if best else None),
         ("wall time (first hop start to last hop end)", _duration(span) if loads else None),
         ("hops", f"{done_hops} done of {len(hops)}; {redelivered} redelivered, "
@@ -340,19 +368,25 @@ def _page(study: StudyRow, trials: list[TrialRow], results: list[TrialResult],
         "<table><tbody>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>"
                                    for k, v in summary) + "</tbody></table>",
         "<h2>Optimization history</h2>",
-        f'<p class="note">Each finished or pruned trial\'s best validation {_e(metric_name)}, '
+        f'<p class="note">Each finished or pruned trial\'s validation {_e(metric_name)} at its '
+        f"selected epoch (select = {_e(repr(select))}: "
+        + ("its best epoch" if select == "best" else "its last epoch")
+        + "), the number the tables, the registry and <code>hoptune status</code> show, "
         "and the best so far.</p>",
         _img("history", "optimization history"),
         "<h2>Hyperparameters</h2>",
         _img("params", "hyperparameters against the metric"),
         "<h2>Learning curves</h2>",
+        '<p class="note">Every epoch\'s validation metric; the ring marks each trial\'s '
+        "selected epoch, whose metric the history above shows.</p>",
         _img("curves", "learning curves"),
         _failed(trials),
         "<h2>Trials</h2>",
-        _table(["trial", "state", "params", "epochs", f"last {metric_name}",
-                f"best {metric_name}", "failure"],
-               [(t.number, t.state, t.params, t.epochs_done, t.last_metric,
-                 t.best_metric, t.failure) for t in trials], numeric=(0, 3, 4, 5)),
+        _table(["trial", "state", "params", "epochs", f"{metric_name} (selected epoch)",
+                "selected epoch", f"last epoch's {metric_name}", "failure"],
+               [(t.number, t.state, t.params, t.epochs_done, by_number[t.number].metric,
+                 by_number[t.number].selected, t.last_metric, t.failure) for t in trials],
+               numeric=(0, 3, 4, 5, 6)),
         "<h2>Workers</h2>",
         _workers(loads, span),
         _img("gantt", "hops per worker over time"),
@@ -376,10 +410,14 @@ def _failed(trials: list[TrialRow]) -> str:
 def _workers(loads: list[WorkerLoad], span: float) -> str:
     if not loads:
         return '<p class="note">No hop has finished yet.</p>'
-    rows = [(w.worker, w.hops, _duration(w.busy_seconds), f"{w.share:.1%}") for w in loads]
-    return (f'<p class="note">Busy share: the sum of a worker\'s hop durations over the '
-            f"study's hop span ({_e(_duration(span))}).</p>"
-            + _table(["worker", "hops", "busy", "busy share"], rows, numeric=(1, 2, 3)))
+    rows = [(w.worker, w.hops, _duration(w.busy_seconds), f"{w.share:.1%}",
+             f"{w.other_share:.1%}") for w in loads]
+    return (f'<p class="note">The hops of this study, and the time each worker spent on '
+            f"other studies' hops (this region's or other regions') within this study's hop "
+            f"span ({_e(_duration(span))}): a worker that served another region is busy, "
+            f"not idle. Busy share: the sum of a worker's hop durations over that span.</p>"
+            + _table(["worker", "hops of this study", "busy", "busy share",
+                      "busy on other studies"], rows, numeric=(1, 2, 3, 4)))
 
 
 def _champions(cards: list[Card], current: str | None, region: str, metric_name: str) -> str:

@@ -99,17 +99,41 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+def _global_options(parser: argparse.ArgumentParser, default: object = None) -> None:
+    """The options every command takes, before or after its name.
+
+    On the main parser they have their defaults; on each command's parser they
+    default to ``argparse.SUPPRESS``, so a value given after the command
+    overrides one given before it and an absent one leaves it alone.
+    """
+    unset = argparse.SUPPRESS if default is argparse.SUPPRESS else None
+    parser.add_argument("--config", type=Path, default=unset, metavar="FILE",
+                        help="region configuration (default: $HOPTUNE_CONFIG, ./hoptune.toml, "
+                             "else the one `hoptune demo` wrote in HOPTUNE_HOME)")
+    parser.add_argument("--home", type=Path, default=unset, metavar="DIR",
+                        help="HOPTUNE_HOME for this command and the workers it starts "
+                             "(default: $HOPTUNE_HOME or ./.hoptune)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        default=argparse.SUPPRESS if unset else False,
+                        help="log at INFO level")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of every command: the global options, then each command's own."""
+    """The parser of every command: the global options, then each command's own.
+
+    The global options (``--config``, ``--home``, ``-v``) stand before or after
+    the command's name: ``hoptune tune north --config x.toml`` and ``hoptune
+    --config x.toml tune north`` are the same command.
+    """
     parser = argparse.ArgumentParser(
         prog="hoptune",
         description="Tune and retrain one model per region by model hopping on Celery workers.")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="region configuration (default: $HOPTUNE_CONFIG or ./hoptune.toml)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    _global_options(parser)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
-        command.module.add_arguments(sub.add_parser(name, help=command.help))
+        command.module.add_arguments(sub.add_parser(name, help=command.help, parents=[common]))
     return parser
 
 
@@ -119,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.home is not None:
+        # read by Settings.from_env in this process, and inherited by the workers it starts
+        os.environ["HOPTUNE_HOME"] = str(args.home.expanduser().absolute())
     try:
         return int(COMMANDS[args.command].module.run(args) or 0)
     except HoptuneError as exc:

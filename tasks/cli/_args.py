@@ -7,16 +7,22 @@ The types check a value as argparse reads it, so a bad one is a usage error
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hoptune.core import Settings
+from hoptune.core import ConfigError, HoptuneError, Settings
 
 if TYPE_CHECKING:
+    from hoptune.core import Store
     from hoptune.regions import Config
 
-__all__ = ["REGION_PATTERN", "WORKERS_HELP", "add_follow_options", "positive", "positive_float",
-           "read_config", "region_name", "region_names"]
+__all__ = ["REGION_PATTERN", "WORKERS_HELP", "add_follow_options", "check_has_champion",
+           "check_has_study", "config_path", "did_you_mean", "known_regions", "positive",
+           "positive_float", "read_config", "region_name", "region_names"]
 
 #: A region's name: it becomes part of store paths and queue names.
 REGION_PATTERN = "[a-z0-9_-]+"
@@ -77,8 +83,69 @@ def add_follow_options(parser: argparse.ArgumentParser, start: str) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no live view")
 
 
+def config_path(args: argparse.Namespace) -> Path:
+    """``--config``, else ``$HOPTUNE_CONFIG``, ./hoptune.toml, or the demo's (``Settings``)."""
+    return getattr(args, "config", None) or Settings.from_env().config_path
+
+
 def read_config(args: argparse.Namespace) -> Config:
-    """The region configuration: ``--config``, else ``$HOPTUNE_CONFIG`` or ./hoptune.toml."""
+    """The region configuration at ``config_path``; says so on stderr when it is the demo's."""
+    from hoptune.regions import display_path, load_config
+
+    path = config_path(args)
+    settings = Settings.from_env()
+    if path == settings.demo_config and getattr(args, "config", None) is None:
+        print(f"hoptune: using the demo's configuration {display_path(path)} (no ./hoptune.toml "
+              f"here; --config FILE names another)", file=sys.stderr)
+    return load_config(path)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` where ``name`` is close to one of ``known`` and starts with
+    the same letter (as ``regions``' configuration errors say it), else ''."""
+    close = [k for k in difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+             if k[:1] == name[:1]]
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def known_regions(args: argparse.Namespace, holding: Iterable[str]) -> list[str]:
+    """The regions ``holding`` something (a study, a champion) and those of the configuration,
+    where one loads (a host that only serves models may have none)."""
     from hoptune.regions import load_config
 
-    return load_config(args.config or Settings.from_env().config_path)
+    names = set(holding)
+    try:
+        names |= set(load_config(config_path(args)).regions)
+    except HoptuneError:
+        pass
+    return sorted(names)
+
+
+def _check_known(args: argparse.Namespace, name: str, holding: Iterable[str]) -> None:
+    """Nothing where ``name`` holds something or is a configured region (the command's own
+    message then says what to run); else one line naming the known regions."""
+    holding = set(holding)
+    if name in holding:
+        return
+    known = known_regions(args, holding)
+    if name not in known:
+        raise ConfigError(f"no region {name!r}{did_you_mean(name, known)} (known: "
+                          f"{', '.join(known) or 'none yet: run `hoptune demo` or tune one'})")
+
+
+def check_has_study(args: argparse.Namespace, name: str) -> None:
+    """For ``report``: region ``name`` has a study, or is one the configuration names."""
+    from hoptune.tuner import StudyDB
+
+    db = StudyDB(Settings.from_env().database_url)
+    try:
+        _check_known(args, name, {s.region for s in db.studies()})
+    finally:
+        db.dispose()
+
+
+def check_has_champion(args: argparse.Namespace, store: Store, name: str) -> None:
+    """For ``export``, ``predict``: region ``name`` has a champion, or is a configured one."""
+    champions = {key.split("/")[1] for key in store.list("models")
+                 if key.endswith("/champion.json")}
+    _check_known(args, name, champions)

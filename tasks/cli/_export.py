@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from hoptune.core import Settings
-from hoptune.tasks.cli._args import region_name
+from hoptune.tasks.cli._args import check_has_champion, region_name
 
 __all__ = ["add_arguments", "run"]
 
@@ -22,7 +22,9 @@ def run(args: argparse.Namespace) -> int:
     from hoptune.core import Store
     from hoptune.tuner import export_champion
 
-    card = export_champion(Store(Settings.from_env().store_url), args.region, args.out)
+    store = Store(Settings.from_env().store_url)
+    check_has_champion(args, store, args.region)
+    card = export_champion(store, args.region, args.out)
     print(f"{args.region}: champion {card['version']} ({card['metric_name']} "
           f"{card['metric']:.4g}) written to {args.out}")
     return 0

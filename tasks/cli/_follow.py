@@ -17,10 +17,14 @@ from celery import Celery
 
 from hoptune.tasks.study import sweep
 from hoptune.tasks.worker import Runtime, tune_step_dispatch
-from hoptune.tuner import HopRecords, StudyRow
+from hoptune.tuner import HopRecords, StudyRow, TrialRow, selected_epoch, trial_metric
 
 __all__ = ["POLL", "start_studies", "follow", "settled", "study_table", "format_table",
-           "outcome"]
+           "outcome", "planned_hops", "metric_note", "TABLE_METRICS"]
+
+#: The columns of a trial's metrics in every table: ``metric`` is its selected epoch's,
+#: ``epoch`` that epoch (from 1), ``last`` its last epoch's.
+TABLE_METRICS = ["metric", "epoch", "last"]
 
 #: Seconds between a driver's looks at whether its studies have settled: the command
 #: returns at most this long after the last one's promotion is recorded (a look is one
@@ -41,8 +45,36 @@ def settled(study: StudyRow) -> bool:
     return study.state != "running" and study.promotion is not None
 
 
-def total_hops(study: StudyRow) -> int:
-    return study.budget * study.epochs * study.region_config["shards"]
+def _trial_epochs(study: StudyRow, trial: TrialRow) -> int:
+    """The epochs a trial trains unless pruned: its own ``epochs`` within the study's."""
+    own = trial.params.get("epochs", study.epochs)
+    return min(int(own), study.epochs) if isinstance(own, int | float) else study.epochs
+
+
+def planned_hops(study: StudyRow, trials: list[TrialRow]) -> int:
+    """The hops the study will have trained when it ends, as far as is known now.
+
+    A trial not yet proposed counts the study's epochs; one that is pending or
+    running its own epochs; one that has ended (done, pruned, failed) the
+    epochs it trained, so a pruned trial's remaining hops leave the total when
+    it is pruned, and the total is what the bar reaches at the end.
+    """
+    shards = int(study.region_config["shards"])
+    unproposed = max(study.budget - len(trials), 0) if study.state == "running" else 0
+    hops = unproposed * study.epochs * shards
+    for t in trials:
+        ended = t.state in ("done", "pruned", "failed")
+        hops += (t.epochs_done if ended else _trial_epochs(study, t)) * shards
+    return hops
+
+
+def metric_note(study: StudyRow) -> str:
+    """What the metric columns of a trial table are, under the study's ``select``."""
+    select = study.region_config.get("select", "best")
+    which = "its best epoch" if select == "best" else "its last epoch"
+    return (f"metric: each trial's validation metric at its selected epoch (select = "
+            f'"{select}": {which}), the one that ranks trials and is promoted; epoch: that '
+            "epoch, numbered from 1; last: the metric at the trial's last epoch")
 
 
 def summary(rt: Runtime, study_ids: list[int]) -> str:
@@ -58,7 +90,8 @@ def summary(rt: Runtime, study_ids: list[int]) -> str:
             if t.state in counts:
                 counts[t.state] += 1
         if len(study_ids) == 1:
-            scored = [t.best_metric for t in trials if t.best_metric is not None]
+            select = study.region_config.get("select", "best")
+            scored = [m for t in trials if (m := trial_metric(t, select)) is not None]
             if scored:
                 best = min(scored) if study.minimize else max(scored)
     line = " ".join(f"{k} {v}" for k, v in counts.items()) + f" | epochs {epochs}"
@@ -79,8 +112,7 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
 
     from hoptune.tasks import send
 
-    studies = [rt.db.study(s) for s in study_ids]
-    bar = tqdm(total=sum(total_hops(s) for s in studies), unit="hop", disable=not progress,
+    bar = tqdm(total=_planned(rt, study_ids), unit="hop", disable=not progress,
                dynamic_ncols=True, mininterval=REFRESH)
     last_sweep = time.monotonic()
     started = time.monotonic()
@@ -89,8 +121,8 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
         while True:
             ended = all(settled(rt.db.study(s)) for s in study_ids)
             if progress and (ended or time.monotonic() - shown >= REFRESH):
-                bar.n = bar.total if ended else sum(HopRecords(rt.db).done_count(s)
-                                                    for s in study_ids)
+                bar.total = _planned(rt, study_ids)
+                bar.n = min(sum(HopRecords(rt.db).done_count(s) for s in study_ids), bar.total)
                 bar.set_postfix_str(summary(rt, study_ids), refresh=False)
                 bar.refresh()
                 shown = time.monotonic()
@@ -106,9 +138,18 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
         bar.close()
 
 
+def _planned(rt: Runtime, study_ids: list[int]) -> int:
+    return sum(planned_hops(rt.db.study(s), rt.db.trials(s)) for s in study_ids)
+
+
 def study_table(rt: Runtime, study_id: int) -> list[dict[str, Any]]:
-    """One row per trial: params, state, metric, hops and seconds."""
+    """One row per trial: params, state, its metrics (``TABLE_METRICS``), hops and seconds.
+
+    ``metric`` is the selected epoch's, by the rule promotion, status, the report
+    and the registry use (``tuner.selected_epoch``), so a trial has one number.
+    """
     study = rt.db.study(study_id)
+    select = study.region_config.get("select", "best")
     hops_by_trial: dict[int, int] = {}
     for hop in HopRecords(rt.db).all(study_id=study_id):
         if hop.state == "done":
@@ -117,8 +158,11 @@ def study_table(rt: Runtime, study_id: int) -> list[dict[str, Any]]:
     for t in rt.db.trials(study_id):
         seconds = ((t.finished_at - t.started_at).total_seconds()
                    if t.finished_at and t.started_at else None)
+        chosen = selected_epoch(rt.db.epochs(t.id), bool(study.minimize), select)
         rows.append({"region": study.region, "study": study_id, "trial": t.number,
-                     "state": t.state, "params": t.params, "metric": t.last_metric,
+                     "state": t.state, "params": t.params,
+                     "metric": chosen[1] if chosen else None,
+                     "epoch": chosen[0] + 1 if chosen else None, "last": t.last_metric,
                      "epochs": t.epochs_done, "hops": hops_by_trial.get(t.id, 0),
                      "seconds": seconds})
     return rows

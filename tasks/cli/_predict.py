@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from hoptune.core import Settings
-from hoptune.tasks.cli._args import region_name
+from hoptune.tasks.cli._args import check_has_champion, region_name
 
 __all__ = ["add_arguments", "run"]
 
@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the rows and a 'prediction' column (.csv or .parquet)")
     parser.add_argument("--version", default=None,
                         help="a registry version (default: the champion)")
+    parser.add_argument("--mark-fallback", action="store_true",
+                        help="add a 'fallback' column: true where a row has an id the model "
+                             "never saw, so its fallback predicted it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,9 +40,16 @@ def run(args: argparse.Namespace) -> int:
     suffix = args.out.suffix.lower()
     if suffix not in (".csv", ".parquet"):
         raise DataError(f"{display_path(args.out)}: must end in .csv or .parquet")
-    predictor = load_predictor(Store(Settings.from_env().store_url), args.region, args.version)
+    store = Store(Settings.from_env().store_url)
+    if args.version is None:
+        check_has_champion(args, store, args.region)
+    predictor = load_predictor(store, args.region, args.version)
     table = read_rows(args.input, predictor.region)
-    table["prediction"] = predictor.predict(table, display_path(args.input))
+    data = predictor.encode(table, display_path(args.input))
+    table["prediction"] = predictor.predict_encoded(data)
+    fallback = predictor.fallbacks(data)
+    if args.mark_fallback:
+        table["fallback"] = fallback
     partial = args.out.with_name(f".{args.out.name}.partial")
     if suffix == ".csv":
         table.to_csv(partial, index=False)
@@ -47,5 +57,7 @@ def run(args: argparse.Namespace) -> int:
         table.to_parquet(partial, index=False)
     os.replace(partial, args.out)
     print(f"{args.region}: {len(table)} predictions by {predictor.version} written to "
-          f"{display_path(args.out)}")
+          f"{display_path(args.out)}; {int(fallback.sum())} of them by the fallback (a user or "
+          f"item the model never saw)" + ("" if args.mark_fallback or not fallback.any() else
+                                          ": --mark-fallback marks which"))
     return 0

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from hoptune.core import Settings
-from hoptune.tasks.cli._args import positive, region_name
+from hoptune.tasks.cli._args import check_has_study, positive, region_name
 
 __all__ = ["add_arguments", "run"]
 
@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from hoptune.tuner import StudyDB, write_report
 
     settings = Settings.from_env()
+    if args.study is None:
+        check_has_study(args, args.region)
     out = args.out or settings.home / "reports" / args.region
     index = write_report(StudyDB(settings.database_url), Store(settings.store_url), args.region,
                          out, study_id=args.study)

@@ -39,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
         _print_workers()
         return 0
     print(format_table(rows, ["region", "study", "state", "pending", "running", "done",
-                              "pruned", "failed", "best", "params"]))
+                              "pruned", "failed", "best_trial", "metric", "epoch", "params"]))
+    print("best_trial: the study's best trial so far; metric: its validation metric at its "
+          "selected epoch (epoch, numbered from 1), as the report and the registry show it")
     _print_workers()
     nightly = _nightly_rows(db, args.regions)
     if nightly:
@@ -57,17 +59,21 @@ def run(args: argparse.Namespace) -> int:
 def _study_row(db: StudyDB, study: StudyRow) -> dict[str, Any]:
     """A study's row: its trials by state and its best trial, by the one rule promotion and
     the report use (``tuner.best_trial``), with the metric that ranks it."""
-    from hoptune.tuner import best_trial, trial_metric
+    from hoptune.tuner import best_trial, selected_epoch
 
     counts = db.counts(study.id)
     select = study.region_config.get("select", "best")
-    best = None
+    best = chosen = None
     if study.kind != "calibration":  # a calibration records hop costs only: nothing to rank
         best = best_trial(db.trials(study.id), bool(study.minimize), select)
+    if best is not None:
+        chosen = selected_epoch(db.epochs(best.id), bool(study.minimize), select)
     state = f"{study.state} (calibration)" if study.kind == "calibration" else study.state
     return {"region": study.region, "study": study.id, "state": state,
             **{k: counts[k] for k in ("pending", "running", "done", "pruned", "failed")},
-            "best": trial_metric(best, select) if best else None,
+            "best_trial": best.number if best else None,
+            "metric": chosen[1] if chosen else None,
+            "epoch": chosen[0] + 1 if chosen else None,
             "params": best.params if best else None}
 
 

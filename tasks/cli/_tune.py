@@ -159,20 +159,26 @@ def first_step(rt: Runtime, study_id: int, *, workers_starting: bool) -> list[Di
 
 
 def print_study(rt: Runtime, study_id: int, top: int = 10) -> None:
-    """The study's best ``top`` trials, its outcome and its promotion."""
-    from hoptune.tasks.cli._follow import format_table, study_table
+    """The study's best ``top`` trials, its outcome and its promotion.
+
+    Trials are ranked, and the best named, by their selected epoch's metric:
+    the number the report, ``hoptune status`` and the registry show.
+    """
+    from hoptune.tasks.cli._follow import TABLE_METRICS, format_table, metric_note, study_table
 
     study = rt.db.study(study_id)
     rows: list[dict[str, Any]] = study_table(rt, study_id)
     scored = sorted((r for r in rows if r["metric"] is not None),
                     key=lambda r: r["metric"], reverse=not study.minimize)
     shown = scored[:top] + [r for r in rows if r["metric"] is None][: max(top - len(scored), 0)]
-    print(format_table(shown, ["trial", "state", "metric", "epochs", "hops", "seconds",
+    print(format_table(shown, ["trial", "state", *TABLE_METRICS, "epochs", "hops", "seconds",
                                "params"]))
-    if study.best_trial_id:
-        best = rt.db.trial(study.best_trial_id)
-        print(f"study {study_id} {study.state}: best trial {best.number} "
-              f"{best.last_metric:.4g} with {best.params}")
+    print(metric_note(study))
+    number = rt.db.trial(study.best_trial_id).number if study.best_trial_id else None
+    best = next((r for r in rows if r["trial"] == number), None)
+    if best is not None and best["metric"] is not None:
+        print(f"study {study_id} {study.state}: best trial {best['trial']}, metric "
+              f"{best['metric']:.4g} at epoch {best['epoch']}, with {best['params']}")
     else:
         print(f"study {study_id} {study.state}: {study.failure or 'no finished trial'}")
     if study.promotion is not None:

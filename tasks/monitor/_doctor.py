@@ -1,10 +1,12 @@
 """``hoptune doctor``: what this host would train with, and whether each part is usable.
 
-Each check is a plain function returning a JSON-able dict with ``ok`` (usable)
-and what it found; ``diagnose`` runs them all. The command only formats. Run
-it first on a GPU host: it self-tests every kernel on every visible device
-(the result is cached for the workers, as theirs would be) and times it
-against the torch path that would replace it. Without a GPU it says so and
+Each check is a plain function returning a JSON-able dict with ``ok`` (usable),
+``warn`` where it is usable but something does not answer (the embedded broker
+before a command starts it: shown as ``warn``, never as ``ok``), and what it
+found; ``diagnose`` runs them all. The command only formats. Run it first
+on a GPU host: it self-tests every kernel on every visible device (the result
+is cached for the workers, as theirs would be) and times it against the torch
+path that would replace it. Without a GPU it says so and
 still checks the rest. Passwords in URLs never appear in what it returns.
 """
 
@@ -136,7 +138,8 @@ def broker(settings: Settings) -> dict[str, Any]:
         out["ok"] = out["embedded"]
         if out["embedded"]:
             del out["error"]  # no socket: nothing started it, which is normal
-            out.update(redis_server=_embedded_redis_version(),
+            # usable (a command that needs it starts it), but it does not answer: a warning
+            out.update(redis_server=_embedded_redis_version(), warn=True,
                        note="not running: `hoptune up` or `hoptune demo` starts it")
     return out
 
@@ -229,8 +232,11 @@ def diagnose(settings: Settings) -> dict[str, Any]:
     return report
 
 
-def _mark(ok: bool) -> str:
-    return "ok  " if ok else "FAIL"
+def _mark(ok: bool, warn: bool = False) -> str:
+    """``ok``, ``warn`` (usable, but something does not answer) or ``FAIL`` (not usable)."""
+    if not ok:
+        return "FAIL"
+    return "warn" if warn else "ok  "
 
 
 def render(report: dict[str, Any]) -> str:
@@ -278,8 +284,13 @@ def render(report: dict[str, Any]) -> str:
         elif name == "store" and part.get("free_gib") is not None:
             detail.append(f"{part['free_gib']} GiB free")
         detail += [part[key] for key in ("note", "error") if part.get(key)]
-        lines.append(f"{_mark(part['ok'])} {name}: {part['url']}" +
+        lines.append(f"{_mark(part['ok'], part.get('warn', False))} {name}: {part['url']}" +
                      (f" ({'; '.join(detail)})" if detail else ""))
-    lines.append("everything checked is usable" if report["ok"]
-                 else "something checked is not usable (FAIL above)")
+    warned = [name for name in ("broker", "database", "store") if report[name].get("warn")]
+    if not report["ok"]:
+        lines.append("something checked is not usable (FAIL above)")
+    elif warned:
+        lines.append(f"everything checked is usable; see the warning above ({', '.join(warned)})")
+    else:
+        lines.append("everything checked is usable")
     return "\n".join(lines)

@@ -328,15 +328,20 @@ def _hms(seconds: float) -> str:
 
 
 def format_plan(p: Plan, deadline: float | None = None) -> str:
+    """The plan as text; each figure says what it is a share or a range of."""
     work = p.train_seconds + p.validation_seconds
     shares = sorted(p.busy_share.values())
+    spread = max((c["spread"] for c in p.costs.values()), default=0.0)
     lines = [
         f"{p.workers} worker(s): {_hms(p.wall_seconds)} "
-        f"(range {_hms(p.low_seconds)} to {_hms(p.high_seconds)}, from the cost model's spread)",
-        f"busy share per worker: min {shares[0]:.0%}, median {statistics.median(shares):.0%}, "
+        f"(range {_hms(p.low_seconds)} to {_hms(p.high_seconds)}: the simulation again with "
+        f"every hop {max(0.0, 1 - spread):.0%} and {1 + spread:.0%} of its fitted cost, the cost "
+        f"model's spread; messages, validation and starts keep their times)",
+        f"busy share per worker (its time training hops and validating, of the wall time): "
+        f"min {shares[0]:.0%}, median {statistics.median(shares):.0%}, "
         f"max {shares[-1]:.0%}; longest shard backlog {p.longest_backlog} hop(s); "
         f"{p.hops} hops",
-        f"where the time goes: training {p.train_seconds / max(work, 1e-12):.0%} of worker time, "
+        f"where the workers' busy time goes: training {p.train_seconds / max(work, 1e-12):.0%}, "
         f"validation {p.validation_seconds / max(work, 1e-12):.0%} "
         f"({p.validation:.2f} s an epoch); {p.dispatch:.3f} s a message, "
         f"{p.turnaround:.3f} s a worker's turnaround after a hop, "
@@ -345,7 +350,8 @@ def format_plan(p: Plan, deadline: float | None = None) -> str:
     ]
     for region, c in p.costs.items():
         lines.append(f"  {region}: cost of {c['device']} on {c['host']} from {c['hops']} hops, "
-                     f"error {c['error']:.0%}, spread {c['spread']:.0%}")
+                     f"error {c['error']:.0%} (median relative error of a hop's fitted cost), "
+                     f"spread {c['spread']:.0%} (its 90th percentile)")
     if deadline is not None:
         lines.append(f"deadline {_hms(deadline)}: {p.workers} worker(s) meet it")
     return "\n".join(lines)

@@ -104,9 +104,11 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
                 "ids_hash": _hash(ids),
                 "study_id": study_id, "trial_id": best.id, "trial_number": best.number,
                 "seed": best.seed, "epochs": best.epochs_done,
-                "select": region.select, "selected_epoch": epoch,
+                # epochs are numbered from 1 wherever a user reads them
+                "select": region.select, "selected_epoch": epoch + 1,
+                "last_epoch_metric": best.last_metric,
                 "visit_orders": [e.visit_order for e in db.epochs(best.id)],
-                "region_config": study.region_config,
+                "region_config": _ran_with(study),
                 "previous": decision.get("champion"),
                 "previous_metric": decision.get("champion_metric"),
                 "compared_on": decision.get("compared_on"),
@@ -120,6 +122,13 @@ def promote(rt: Runtime, study_id: int) -> dict[str, Any]:
         locks.release(f"registry:{region.name}", holder)
     log.info("study %d of %s: %s", study_id, region.name, decision["reason"])
     return decision
+
+
+def _ran_with(study: Any) -> dict[str, Any]:
+    """The region's configuration as the study ran: its budget, trials in flight and
+    epochs are the study's own (``hoptune tune --trials``, the demo's flags), not the file's."""
+    return {**study.region_config, "trials": study.budget, "parallel": study.parallel,
+            "epochs": study.epochs}
 
 
 def _decide(rt: Runtime, region: Any, family: Any, manifest: dict[str, Any], metric: float,

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import zlib
+
 import pydantic
 import pytest
 
@@ -74,8 +76,32 @@ def test_built_in_defaults_apply_without_a_defaults_table(write_config):
     region = load_config(write_config(MINIMAL)).region("north")
     assert region.task == "rating"
     assert region.columns == RatingColumns(user="user_id", item="item_id", rating="rating")
-    assert (region.shards, region.epochs, region.seed, region.trials) == (2, 3, 0, 16)
+    # no seed anywhere: the region's own, from its name (``region_seed``)
+    assert (region.shards, region.epochs, region.seed, region.trials) == (2, 3, 1546268866, 16)
     assert region.params == {} and region.space == {}
+
+
+def test_each_region_without_a_seed_gets_its_own_and_a_set_one_is_kept(write_config):
+    two = MINIMAL + MINIMAL.replace("north", "south")
+    regions = load_config(write_config(two)).regions
+    seeds = {name: region.seed for name, region in regions.items()}
+    assert seeds["north"] != seeds["south"] and all(0 <= s < 2**31 for s in seeds.values())
+    # stable across runs and processes: the name's CRC-32
+    assert seeds == {name: r.seed for name, r in load_config(write_config(two)).regions.items()}
+    assert seeds["north"] == zlib.crc32(b"north") % 2**31
+    explicit = load_config(write_config(two.replace('rating_range = [1, 5]\n',
+                                                    'rating_range = [1, 5]\nseed = 7\n', 1)))
+    assert (explicit.region("north").seed, explicit.region("south").seed) == (7, seeds["south"])
+    inherited = load_config(write_config("[defaults]\nseed = 0\n" + two)).regions
+    assert {r.seed for r in inherited.values()} == {0}
+
+
+def test_an_unknown_region_names_the_closest_known_one(write_config):
+    config = load_config(write_config(MINIMAL))
+    with pytest.raises(ConfigError) as caught:
+        config.region("nroth")
+    assert str(caught.value) == "hoptune.toml: no region 'nroth' (did you mean 'north'?) " \
+                                "(known: north)"
 
 
 def test_region_tables_merge_over_defaults(write_config):
@@ -131,7 +157,7 @@ BAD = [
     (
         "shards = 2\n[regions.north.params]",
         "shard = 2\n[regions.north.params]",
-        "regions.north: unknown field 'shard'",
+        "regions.north: unknown field 'shard' (did you mean 'shards'?)",
     ),
     ("epochs = 3", "epochs = 3.5", "defaults.epochs: must be an integer >= 1, got 3.5"),
     ("seed = 0", "seed = true", "defaults.seed: must be an integer >= 0, got true"),
@@ -166,7 +192,11 @@ BAD = [
         "reduction_factor = 1",
         "defaults.pruner.reduction_factor: must be an integer >= 2, got 1",
     ),
-    ("min_epochs = 1", "min_epoch = 1", "defaults.pruner: unknown field 'min_epoch'"),
+    (
+        "min_epochs = 1",
+        "min_epoch = 1",
+        "defaults.pruner: unknown field 'min_epoch' (did you mean 'min_epochs'?)",
+    ),
     (
         "lr = 0.01",
         "lr = [0.01]",
@@ -194,7 +224,7 @@ BAD = [
         "schedule.timezone: must be a time zone name such as 'UTC' or 'Europe/Berlin', "
         "got 'Mars/Olympus'",
     ),
-    ("[schedule]", "[schedules]", "unknown field 'schedules'"),
+    ("[schedule]", "[schedules]", "unknown field 'schedules' (did you mean 'schedule'?)"),
     (
         "[regions.west]",
         "[regions.West]",
@@ -249,7 +279,7 @@ BAD = [
     (
         'columns = { user = "user_id", item = "item_id", rating = "rating" }',
         'columns = { user = "user_id", itme = "item_id" }',
-        "regions.north.columns: unknown field 'itme'",
+        "regions.north.columns: unknown field 'itme' (did you mean 'item'?)",
     ),
     (
         'columns = { user = "user_id", item = "item_id", rating = "rating" }',

@@ -189,7 +189,8 @@ lr = { type = "real", low = 0.001, high = 0.3, prior = "log" }
         # the family's names are checked before the data is ingested, not after
         ('batch_sise = { type = "int", low = 32, high = 256 }',
          "hoptune.toml: region 'north': space: family 'rating_mf' has no parameter "
-         "'batch_sise' (known: amsgrad, batch_size, beta1, beta2, dampening, embedding_dim, "
+         "'batch_sise' (did you mean 'batch_size'?) (known: amsgrad, batch_size, beta1, beta2, "
+         "dampening, embedding_dim, "
          "epochs, eps, init_std, lr, lr_schedule, momentum, nesterov, optimizer, reg, "
          "warmup_epochs, weight_decay)"),
     ],
@@ -315,3 +316,76 @@ def test_a_bad_field_in_defaults_is_one_line_naming_it(project: Path) -> None:
         "hoptune: error: hoptune.toml: defaults.rating_range: must be two numbers [low, high] "
         "with low < high, got 'high'"]
     assert not (project / "store").exists()
+
+
+def test_the_global_options_stand_before_or_after_the_command(project: Path) -> None:
+    other = project / "other"
+    (other / "data").mkdir(parents=True)
+    shutil.copy(project / "data" / "north.csv", other / "data" / "north.csv")
+    (other / "hoptune.toml").write_text(CONFIG.replace("[regions.north]", "[regions.south]"))
+    # --config after the command, as examples/hoptune.toml's run line puts it
+    done = hoptune("ingest", "--config", "other/hoptune.toml", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("south: ingested")
+    # given twice, the one after the command wins
+    done = hoptune("--config", "nowhere.toml", "ingest", "--config", "other/hoptune.toml", "-v",
+                   cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("south: unchanged")
+    # --home: HOPTUNE_HOME for the command (its store), before or after the command
+    for args in (["ingest", "--home", "h1"], ["--home", "h2", "ingest"]):
+        done = hoptune(*args, cwd=project)
+        assert done.returncode == 0, done.stderr
+    assert {p.split("/")[0] for p in files(project / "h1")} >= {"store"}
+    assert any(p.startswith("store/") for p in files(project / "h2"))
+    done = hoptune("plan", "north", "--workers", "2", "--config", "other/hoptune.toml",
+                   cwd=project)
+    assert (done.returncode, done.stderr) == (
+        2, "hoptune: error: other/hoptune.toml: no region 'north' (known: south)\n")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('family = "rating_mf"', 'famly = "rating_mf"',
+         "hoptune.toml: regions.north: unknown field 'famly' (did you mean 'family'?)"),
+        ('family = "rating_mf"', 'family = "rating_m"',
+         "hoptune.toml: regions.north.family: must be 'rating_mf', 'mlp' or "
+         "'package.module:function', got 'rating_m' (did you mean 'rating_mf'?)"),
+        ("[defaults]", "[defaults]\npruner = { reduction_factr = 2 }",
+         "hoptune.toml: defaults.pruner: unknown field 'reduction_factr' "
+         "(did you mean 'reduction_factor'?)"),
+        ('columns = { user = "user_id"', 'columns = { usr = "user_id"',
+         "hoptune.toml: regions.north.columns: unknown field 'usr' (did you mean 'user'?)"),
+        ("[defaults]", "[default]",
+         "hoptune.toml: unknown field 'default' (did you mean 'defaults'?)"),
+    ],
+    ids=["field", "family", "pruner-field", "column-field", "table"],
+)
+def test_an_unknown_name_gets_the_closest_known_one(project: Path, old: str, new: str,
+                                                    message: str) -> None:
+    (project / "hoptune.toml").write_text(CONFIG.replace(old, new))
+    done = hoptune("ingest", cwd=project)
+    assert (done.returncode, done.stderr) == (2, f"hoptune: error: {message}\n")
+    assert files(project / "store") == set()
+
+
+@pytest.mark.parametrize("command", [["tune", "nort"], ["plan", "nort", "--workers", "2"],
+                                     ["report", "nort"], ["export", "nort", "--out", "x"],
+                                     ["predict", "nort", "--input", "a.csv", "--out", "b.csv"]])
+def test_an_unknown_region_lists_the_known_ones(project: Path, command: list[str]) -> None:
+    done = hoptune(*command, cwd=project)
+    assert done.returncode == 2
+    assert done.stderr.endswith("no region 'nort' (did you mean 'north'?) (known: north)\n")
+    assert not (project / "x").exists() and not (project / "b.csv").exists()
+
+
+@pytest.mark.parametrize(("command", "message"), [
+    (["report", "north"], "region 'north' has no study yet: run `hoptune tune north`"),
+    (["export", "north", "--out", "x"],
+     "region 'north' has no champion yet; run `hoptune nightly` or `hoptune tune north` first"),
+])
+def test_a_configured_region_without_a_study_says_what_to_run(project: Path, command,
+                                                              message: str) -> None:
+    done = hoptune(*command, cwd=project)
+    assert (done.returncode, done.stderr) == (2, f"hoptune: error: {message}\n")

@@ -133,3 +133,19 @@ def test_the_database_check_reads_the_schema_revision(home: Path) -> None:
     checked = _doctor.database(Settings.from_env())
     assert checked["ok"] and checked["answers"] and checked["schema"] == "current"
     assert checked["revision"] == checked["head"]
+
+
+def test_an_embedded_broker_that_does_not_answer_is_a_warning_not_ok(home: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "HOPTUNE_BROKER_URL"}
+    done = subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", "doctor"], cwd=home,
+                          env=env, text=True, capture_output=True, timeout=120)
+    lines = done.stdout.splitlines()
+    (broker,) = [line for line in lines if " broker: " in line]
+    assert broker.startswith("warn broker: redis+socket://") and "does not answer" in broker, broker
+    assert not any(line.startswith("ok   broker") for line in lines)
+    if done.returncode == 0:  # usable: `hoptune up` or a command starts it
+        assert lines[-1] == "everything checked is usable; see the warning above (broker)"
+    report = json.loads(subprocess.run(
+        [sys.executable, "-m", "hoptune.tasks.cli", "doctor", "--json"], cwd=home, env=env,
+        text=True, capture_output=True, timeout=120).stdout)
+    assert report["broker"]["ok"] is True and report["broker"]["warn"] is True

@@ -132,30 +132,37 @@ def test_the_demo_runs_on_the_embedded_default(folder: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
 
-    # one row per (region, trial): state, params, validation RMSE, epochs, hops, seconds
-    assert lines[0].split() == ["region", "trial", "state", "params", "metric", "epochs", "hops",
-                                "seconds"]
+    # one row per (region, trial): state, params, the selected epoch's validation RMSE and
+    # that epoch, the last epoch's, epochs, hops, seconds
+    assert lines[0].split() == ["region", "trial", "state", "params", "metric", "epoch", "last",
+                                "epochs", "hops", "seconds"]
     rows = [line.split() for line in lines[2:2 + 2 * len(REGIONS)]]
     assert [(r[0], r[1], r[2]) for r in rows] == [
         (region, str(t), "done") for region in REGIONS for t in range(2)]
-    assert lines[-1].startswith(f"{2 * len(REGIONS)} trials in {len(REGIONS)} regions, ")
+    (summary,) = [line for line in lines if line.startswith(f"{2 * len(REGIONS)} trials in ")]
+    assert summary.startswith(f"{2 * len(REGIONS)} trials in {len(REGIONS)} regions, ")
 
     # each region's best trial became its first champion, with its card, in the registry
     store = folder / ".hoptune" / "store"
     db = StudyDB(f"sqlite:///{folder / '.hoptune' / 'studies.db'}", create=False)
     for region in REGIONS:
-        (best,) = [line for line in lines if line.startswith(f"{region}: best trial ")]
-        number, rmse = re.fullmatch(rf"{region}: best trial (\d+), validation RMSE ([\d.]+)",
-                                    best).groups()
+        (best,) = [line for line in lines if line.startswith(f"  {region}: champion ")]
+        version, rmse, number, epoch = re.fullmatch(
+            rf"  {region}: champion (v\d+), validation rmse ([\d.]+) \(trial (\d+), epoch "
+            rf"(\d+)\)", best).groups()
         champion = json.loads((store / "models" / region / "champion.json").read_text())
+        assert champion["version"] == version
         version = store / "models" / region / champion["version"]
         card = json.loads((version / "card.json").read_text())
         assert (card["region"], card["trial_number"], card["previous"]) == (
             region, int(number), None)
-        assert f"{card['metric']:.4f}" == rmse
+        assert f"{card['metric']:.4f}" == rmse and card["selected_epoch"] == int(epoch) == 1
+        (row,) = [r for r in rows if (r[0], r[1]) == (region, number)]
+        assert (row[4], row[5]) == (f"{card['metric']:.4g}", "1")
         (study,) = db.studies(region)
         assert study.state == "done" and card["study_id"] == study.id
         assert (version / "weights.pt").is_file()
+    assert lines[-4:-3] == ["try next:"] and lines[-3].strip() == "hoptune status"
     db.dispose()
     assert_nothing_left(folder, watcher.seen)
 

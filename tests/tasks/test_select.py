@@ -37,7 +37,10 @@ def test_the_champion_is_the_selected_epochs_weights(make_config, rt, select, ep
     assert rt.db.study(study).promotion["challenger_metric"] == (0 if select == "best"
                                                                    else per_epoch)
     card = champion_card(rt.store, "north")
-    assert (card["select"], card["selected_epoch"]) == (select, epoch)
+    # the card numbers epochs from 1, as every table and the report do
+    assert (card["select"], card["selected_epoch"]) == (select, epoch + 1)
+    assert card["metric"] == (0 if select == "best" else per_epoch)
+    assert card["last_epoch_metric"] == per_epoch
     weights = load_weights(rt.store, "north", card["version"])
     assert int(weights["batches"]) == (epoch + 1) * per_epoch
     # what the ended trial kept: its final weights and, for "best", its best epoch's

@@ -88,3 +88,26 @@ def test_predict_gives_unseen_ids_the_fallback_and_refuses_a_bad_row(make_config
         "hoptune: error: bad.csv: column 'user_id': row 5: empty cell"]
     assert not (home / "bad-out.csv").exists()
     assert sorted(p.name for p in home.glob("*out*")) == ["out.csv"]
+
+
+def test_predict_says_how_many_rows_the_fallback_predicted_and_marks_them(make_config, rt,
+                                                                          home) -> None:
+    region, manifest, _ = _champion(make_config, rt)
+    rows = decode_validation(rt.store, manifest, region).drop(columns="rating").head(10)
+    rows.loc[2, "user_id"] = "never-seen"
+    rows.loc[7, "item_id"] = "nor-this"
+    rows.to_csv(home / "in.csv", index=False)
+    done = _cli(home, "predict", "north", "--input", "in.csv", "--out", "out.csv")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(
+        "written to out.csv; 2 of them by the fallback (a user or item the model never saw): "
+        "--mark-fallback marks which")
+    assert "fallback" not in pd.read_csv(home / "out.csv").columns
+    done = _cli(home, "predict", "north", "--input", "in.csv", "--out", "marked.parquet",
+                "--mark-fallback")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("2 of them by the fallback (a user or item the model "
+                                        "never saw)")
+    marked = pd.read_parquet(home / "marked.parquet")
+    assert marked["fallback"].tolist() == [i in (2, 7) for i in range(10)]
+    np.testing.assert_allclose(marked["prediction"], pd.read_csv(home / "out.csv")["prediction"])

@@ -70,7 +70,8 @@ def test_each_trial_trains_with_its_own_batch_size_optimizer_and_epochs(make_con
          "regions.north.space.lr_schedule: must be one of none, cosine, step, got 'linear'"),
         ('dimm = { type = "int", low = 2, high = 8 }',
          "region 'north': space: family 'tests.tasks.counting_factory:build' has no parameter "
-         "'dimm' (known: amsgrad, batch_size, beta1, beta2, dampening, dim, epochs, eps, lr, "
+         "'dimm' (did you mean 'dim'?) (known: amsgrad, batch_size, beta1, beta2, dampening, "
+         "dim, epochs, eps, lr, "
          "lr_schedule, momentum, nesterov, optimizer, warmup_epochs, weight_decay)"),
     ],
 )

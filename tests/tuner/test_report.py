@@ -326,3 +326,41 @@ def test_no_study_is_one_line_error_and_writes_nothing(db: StudyDB, clock: Clock
     with pytest.raises(StudyError, match=f"study {other} is of region 'south'"):
         write_report(db, Store(str(tmp_path / "store")), "north", out, study_id=other)
     assert not out.exists()
+
+
+def test_the_workers_section_counts_the_hops_of_other_regions(db: StudyDB, clock: Clock,
+                                                               tmp_path: Path) -> None:
+    """Workers that trained another region's hops meanwhile are busy, not idle: said so."""
+    north = build_study(db, clock, finished_plans()[:2], region="north")
+    build_study(db, clock, finished_plans()[:2], region="south")  # the same times and workers
+    page = write_report(db, Store(str(tmp_path / "store")), "north", tmp_path / "r").read_text()
+    assert "busy on other studies</th>" in page and "other regions" in page
+    hops = [h for h in HopRecords(db).all(study_id=north) if h.state == "done"]
+    start = min(h.started_at for h in hops)
+    span = (max(h.finished_at for h in hops) - start).total_seconds()
+    for worker in (W0, W1):
+        share = sum((h.finished_at - h.started_at).total_seconds() for h in hops
+                    if h.worker == worker) / span
+        # south's hops ran at the same times on the same workers: the same share again
+        assert re.search(f"<td>{worker}</td>.*?<td class=\"num\">{share:.1%}</td>"
+                         f"<td class=\"num\">{share:.1%}</td>", page), worker
+
+
+def test_few_promotions_are_points_on_ticks_that_show_their_dates() -> None:
+    from matplotlib.figure import Figure
+
+    from hoptune.tuner._plots import FEW_PROMOTIONS, Card, draw_champions
+
+    t0 = datetime(2026, 11, 26, 8, 30, 5, tzinfo=UTC)
+    cards = [Card("v0001", t0, 0.9), Card("v0002", t0 + timedelta(seconds=30), 0.85, "v0001",
+                                          0.9)]
+    ax = Figure().add_subplot()
+    draw_champions(ax, cards, metric_name="rmse", minimize=True, now=t0 + timedelta(days=2))
+    assert ax.get_lines() == []  # points, no step line stretched to today
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2026-11-26\n08:30:05",
+                                                           "2026-11-26\n08:30:35"]
+    many = [Card(f"v{i + 1:04d}", t0 + timedelta(days=i), 0.9 - i / 100)
+            for i in range(FEW_PROMOTIONS + 2)]
+    ax = Figure().add_subplot()
+    draw_champions(ax, many, metric_name="rmse", minimize=True, now=t0 + timedelta(days=9))
+    assert len(ax.get_lines()) == 1  # the champion's step line over the dates
