@@ -375,8 +375,11 @@ def report(results: dict, args: argparse.Namespace, load: str) -> str:
             + "".join(f"| {r[m]['held_out']:.4f} ({r[m]['epochs']:.0f} ep) " for m in METHODS)
             + f"| {r['epoch_share']:.2f} | {'yes' if r['hoptune_vs_random'] else 'no'} "
             f"| {'yes' if r['hoptune_vs_optuna'] else 'no'} |")
-    lines += ["", "Mean over the seeds (per seed in the JSON line); `ep`: epochs trained by "
-              "all trials of a run, mean over the seeds."]
+    lines += ["", "Mean over the seeds; `ep`: epochs trained by all trials of a run, mean over "
+              "the seeds. Per seed (seeds 0, 1, 2, …):", ""]
+    for name, r in results.items():
+        lines.append(f"- {name}: " + "; ".join(
+            f"{m} {', '.join(f'{v:.4f}' for v in r[m]['per_seed'])}" for m in METHODS))
     return "\n".join(lines)
 
 

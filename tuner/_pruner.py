@@ -41,7 +41,7 @@ __all__ = ["AshaPruner"]
 class AshaPruner:
     """ASHA across epochs; ``where`` prefixes configuration errors."""
 
-    reduction_factor: int = 3
+    reduction_factor: int = 2  # the configuration's default (``regions.Pruner``)
     min_epochs: int = 1
     max_epochs: int
     recheck: bool = True

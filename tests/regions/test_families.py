@@ -152,7 +152,7 @@ def test_default_params_are_merged_under_given_ones(rating_region):
     assert family.params({"embedding_dim": 8, "lr": 0.1}) == {
         "embedding_dim": 8,
         "reg": 1e-3,
-        "init_std": 0.1,
+        "init_std": 0.01,
         "lr": 0.1,
         "weight_decay": 0.0,
     }

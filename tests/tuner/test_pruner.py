@@ -14,8 +14,9 @@ from hoptune.tuner import AshaPruner
 @pytest.mark.parametrize(
     ("kwargs", "rungs"),
     [
-        ({"max_epochs": 10}, (1, 3, 9)),
-        ({"max_epochs": 9}, (1, 3)),
+        ({"max_epochs": 10, "reduction_factor": 3}, (1, 3, 9)),
+        ({"max_epochs": 9, "reduction_factor": 3}, (1, 3)),
+        ({"max_epochs": 8}, (1, 2, 4)),  # the default reduction factor, 2
         ({"max_epochs": 2}, (1,)),
         ({"reduction_factor": 2, "min_epochs": 2, "max_epochs": 16}, (2, 4, 8)),
         ({"reduction_factor": 4, "min_epochs": 3, "max_epochs": 100}, (3, 12, 48)),
@@ -53,7 +54,7 @@ def test_max_epochs_is_required() -> None:
 
 
 def test_few_values_keep_only_the_best_so_far() -> None:
-    pruner = AshaPruner(max_epochs=9)
+    pruner = AshaPruner(max_epochs=9, reduction_factor=3)
     assert not pruner.should_prune(1, 0.5, [0.5])  # the first trial always goes on
     assert pruner.should_prune(1, 0.6, [0.5, 0.6])
     assert not pruner.should_prune(1, 0.4, [0.5, 0.6, 0.4])
@@ -62,7 +63,7 @@ def test_few_values_keep_only_the_best_so_far() -> None:
 
 
 def test_top_third_goes_on() -> None:
-    pruner = AshaPruner(max_epochs=9)
+    pruner = AshaPruner(max_epochs=9, reduction_factor=3)
     values = [float(v) for v in range(9)]  # 9 values: the best 3 go on
     assert [pruner.should_prune(3, v, values) for v in values] == [False] * 3 + [True] * 6
     maximised = [pruner.should_prune(3, v, values, minimize=False) for v in values]
@@ -70,7 +71,7 @@ def test_top_third_goes_on() -> None:
 
 
 def test_only_rungs_decide() -> None:
-    pruner = AshaPruner(max_epochs=9)
+    pruner = AshaPruner(max_epochs=9, reduction_factor=3)
     assert not pruner.should_prune(2, 100.0, [0.0, 0.0, 0.0, 100.0])
     assert not pruner.should_prune(9, 100.0, [0.0, 0.0, 0.0, 100.0])
     short = AshaPruner(max_epochs=1)
@@ -78,14 +79,14 @@ def test_only_rungs_decide() -> None:
 
 
 def test_diverged_trials_stop_and_do_not_count() -> None:
-    pruner = AshaPruner(max_epochs=9)
+    pruner = AshaPruner(max_epochs=9, reduction_factor=3)
     assert pruner.should_prune(2, math.nan, [math.nan])
     assert pruner.should_prune(1, math.inf, [math.inf])
     assert not pruner.should_prune(1, 0.9, [math.nan, math.nan, 0.9])
 
 
 def test_bad_calls() -> None:
-    pruner = AshaPruner(max_epochs=9)
+    pruner = AshaPruner(max_epochs=9, reduction_factor=3)
     with pytest.raises(ValueError, match="outside 1..9"):
         pruner.should_prune(10, 0.5, [0.5])
     with pytest.raises(ValueError, match="must include this trial's value"):
@@ -107,7 +108,7 @@ def simulate(pruner: AshaPruner, quality: np.ndarray, order: np.ndarray) -> dict
 
 
 def test_synthetic_study_stops_the_worst_at_the_rungs_and_keeps_the_best() -> None:
-    pruner = AshaPruner(max_epochs=27)  # rungs 1, 3, 9
+    pruner = AshaPruner(max_epochs=27, reduction_factor=3)  # rungs 1, 3, 9
     rng = np.random.default_rng(0)
     quality = rng.random(81)
     order = rng.permutation(81)
@@ -130,14 +131,14 @@ def test_synthetic_study_stops_the_worst_at_the_rungs_and_keeps_the_best() -> No
 
 
 def test_arrivals_from_worst_to_best_are_never_pruned() -> None:
-    pruner = AshaPruner(max_epochs=9)
+    pruner = AshaPruner(max_epochs=9, reduction_factor=3)
     quality = np.linspace(1.0, 0.0, 12)
     trained = simulate(pruner, quality, np.arange(12))
     assert set(trained.values()) == {9}
 
 
 def test_arrivals_from_best_to_worst_leave_one_survivor() -> None:
-    pruner = AshaPruner(max_epochs=9)
+    pruner = AshaPruner(max_epochs=9, reduction_factor=3)
     quality = np.linspace(0.0, 1.0, 12)
     trained = simulate(pruner, quality, np.arange(12))
     assert trained == {0: 9, **{t: 1 for t in range(1, 12)}}
@@ -181,13 +182,13 @@ def test_a_bad_first_trial_stops_once_better_ones_reach_its_rung_and_the_good_go
 
 
 def test_judged_again_at_every_rung_passed_by_the_same_rule() -> None:
-    pruner = AshaPruner(max_epochs=9)  # rungs 1, 3
+    pruner = AshaPruner(max_epochs=9, reduction_factor=3)  # rungs 1, 3
     # at epoch 3: top third of rung 3 (kept), but rung 1 now holds 3 values better than its 0.9
     assert pruner.should_stop(3, [0.9, 0.8, 0.5], {1: [0.9, 0.2, 0.3, 0.4], 3: [0.5]})
     assert not pruner.should_stop(3, [0.2, 0.2, 0.1], {1: [0.2, 0.3, 0.4, 0.9], 3: [0.1]})
     # between rungs only the passed rungs judge; without recheck nothing does
     assert pruner.should_stop(2, [0.9, 0.8], {1: [0.9, 0.2, 0.3, 0.4]})
-    assert not AshaPruner(max_epochs=9, recheck=False).should_stop(
+    assert not AshaPruner(max_epochs=9, reduction_factor=3, recheck=False).should_stop(
         2, [0.9, 0.8], {1: [0.9, 0.2, 0.3, 0.4]})
     assert pruner.should_stop(2, [0.9, math.nan], {1: [0.9]})  # a diverged trial stops
     with pytest.raises(ValueError, match="history holds 1 values"):
