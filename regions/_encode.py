@@ -39,7 +39,7 @@ def encode_rows(table: pd.DataFrame, region: RegionConfig, meta: Mapping[str, An
         out = {"user": _indices(table[columns.user], ids["user"]),
                "item": _indices(table[columns.item], ids["item"])}
         if columns.rating in table.columns:
-            out["rating"] = torch.from_numpy(table[columns.rating].to_numpy(np.float32))
+            out["rating"] = torch.from_numpy(table[columns.rating].to_numpy(np.float32, copy=True))
         return out
     features = table[list(columns.features)].to_numpy(np.float64)
     means = np.asarray(meta["feature_means"], dtype=np.float64)
@@ -48,7 +48,8 @@ def encode_rows(table: pd.DataFrame, region: RegionConfig, meta: Mapping[str, An
                                                       .astype(np.float32)))}
     if columns.label in table.columns:
         dtype = np.int64 if region.task == "classification" else np.float32
-        out["y"] = torch.from_numpy(table[columns.label].to_numpy(dtype))
+        # a copy: pandas may lend a read-only buffer, which torch must not share
+        out["y"] = torch.from_numpy(table[columns.label].to_numpy(dtype, copy=True))
     return out
 
 

@@ -12,6 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# one test process runs them all: the module's fixture builds once (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("packaging")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")

@@ -30,6 +30,10 @@ CANCELLING = 512
 NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 
 
+# one test process runs them all: the module's fixture builds once (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("host_build")
+
+
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> dict[torch.dtype, Path]:
     gcc = shutil.which("gcc")

@@ -26,7 +26,9 @@ import pytest
 
 from hoptune.tuner import HopRecords, StudyDB
 
-pytestmark = pytest.mark.integration
+# one test process runs them all: the demo and README's commands, the module's fixture,
+# then run once (--dist loadgroup), not once per test process
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("first_hour")]
 
 REPO = Path(__file__).resolve().parents[2]
 REGIONS = ("north", "south", "east")

@@ -31,7 +31,8 @@ from hoptune.tasks.worker import Runtime
 from hoptune.tuner import HopRecords
 from tests.tasks.configs import CONFIG, FAST_LIVENESS, REGION
 
-pytestmark = pytest.mark.integration
+# one test process runs them all: the module's shared cluster starts once (--dist loadgroup)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("hopping")]
 
 
 def _setup(make_config, rt, **kw):  # noqa: ANN001, ANN202
