@@ -44,6 +44,7 @@ rating_range = [1.0, 5.0]
 """
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every fault scenario runs in one xdist group (``--dist loadgroup``): one at a time, on
     one test process. Each kills processes and waits on liveness bounds of seconds; two of
