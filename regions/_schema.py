@@ -228,6 +228,8 @@ class Defaults(_Frozen):
     lr_schedule: Literal["none", "cosine", "step"] = "none"
     warmup_epochs: Natural = 0
     select: Literal["best", "last"] = "best"
+    # tell the optimizer what running trials reached so far, not only what ended trials did
+    tell_running: Annotated[bool, Strict()] = False
     metric: Literal["rmse", "mae", "accuracy", "log_loss", "auc"] | None = None
     # what only a region needs may stand here too, for every region to inherit
     data: Path | None = None

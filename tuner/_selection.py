@@ -55,20 +55,24 @@ def selected_epoch(epochs: Iterable[EpochRow], minimize: bool, select: str
     return next((epoch, value) for epoch, value in scored if value == best)
 
 
-def told(trials: list[TrialRow], names: Iterable[str], *, minimize: bool, select: str
-         ) -> list[tuple[dict[str, Any], float]]:
-    """(params over ``names``, value) for each finished or pruned trial with a metric.
+def told(trials: list[TrialRow], names: Iterable[str], *, minimize: bool, select: str,
+         running: bool = False) -> list[tuple[dict[str, Any], float]]:
+    """(params over ``names``, value) for each finished or pruned trial with a metric, and with
+    ``running`` each running trial with one.
 
     Finished trials tell their metric under ``select``; pruned ones the
-    penalised value described in the module's docstring.
+    penalised value described in the module's docstring; running ones (with
+    ``running``) their metric so far under ``select``, as it stands: with
+    ``select = "best"`` no better than where the trial will end.
     """
     names = list(names)
     worse = max if minimize else min
-    scored = [(t, trial_metric(t, select)) for t in trials if t.state in ("done", "pruned")]
+    states = ("done", "pruned", "running") if running else ("done", "pruned")
+    scored = [(t, trial_metric(t, select)) for t in trials if t.state in states]
     scored = [(t, v) for t, v in scored if v is not None]
     floor = worse((v for t, v in scored if t.state == "done"), default=None)
     return [({k: t.params[k] for k in names},
-             v if t.state == "done" or floor is None else worse(v, floor))
+             v if t.state != "pruned" or floor is None else worse(v, floor))
             for t, v in scored]
 
 

@@ -52,6 +52,7 @@ from hoptune.tuner import (
     placed_order,
     selected_epoch,
     told,
+    trial_metric,
 )
 
 __all__ = ["CohortStart", "create_study", "tune_step", "hand_on", "hand_on_cohort",
@@ -82,10 +83,15 @@ def _proposals(rt: Runtime, study: StudyRow, trials: list[TrialRow]
 
     space = Space.from_json(study.space)
     names = set(space.names)
-    minimize, select = bool(study.minimize), region_of(study).select
+    region = region_of(study)
+    minimize, select, running = bool(study.minimize), region.select, region.tell_running
     prior = study_prior(rt.db, study.parent_id, space, minimize=minimize, select=select)
-    return propose(space, told(trials, names, minimize=minimize, select=select),
-                   [{k: t.params[k] for k in names} for t in active],
+    # a running trial told what it reached so far is no longer a pending point of the batch
+    pending = [t for t in active
+               if not (running and t.state == "running" and trial_metric(t, select) is not None)]
+    return propose(space, told(trials, names, minimize=minimize, select=select,
+                               running=running),
+                   [{k: t.params[k] for k in names} for t in pending],
                    free, seed=study.seed, minimize=bool(study.minimize),
                    prior=prior)
 

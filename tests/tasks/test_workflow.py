@@ -208,3 +208,30 @@ def test_opening_a_study_twice_resumes_the_running_one(make_config, backend) -> 
     assert other != first and resumed is False
     assert [(s.region, s.budget) for s in rt.db.studies()] == [("north", 3), ("south", 4)]
     rt.db.dispose()
+
+
+@pytest.mark.parametrize("tell_running", [False, True])
+def test_a_running_trials_epochs_reach_the_optimizer_only_with_tell_running(
+        make_config, rt, monkeypatch, tell_running: bool) -> None:
+    from hoptune import tuner
+    from hoptune.tasks.study._workflow import _proposals
+
+    path = make_config(trials=4, parallel=2, epochs=3)
+    path.write_text(path.read_text().replace(
+        "[defaults.params]", f"tell_running = {str(tell_running).lower()}\n[defaults.params]"))
+    region, manifest = _region(lambda **_: path, rt)
+    study = create_study(rt, region, manifest=manifest)
+    (running,) = rt.db.create_trials(study, [({"lr": 0.05, "embedding_dim": 8}, 1)])
+    rt.db.start_epoch(running, 0, [0, 1])
+    rt.db.end_epoch(running, 0, 0.8, minimize=True, outcome="continue", next_order=[1, 0])
+    seen = {}
+
+    def spy(space, observed, pending, n, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        seen.update(observed=observed, pending=pending)
+        return [{"lr": 0.01, "embedding_dim": 4}] * n
+
+    monkeypatch.setattr(tuner, "propose", spy)
+    _proposals(rt, rt.db.study(study), rt.db.trials(study))
+    point = {"embedding_dim": 8, "lr": 0.05}
+    assert seen["observed"] == ([(point, 0.8)] if tell_running else [])
+    assert seen["pending"] == ([] if tell_running else [point])

@@ -39,3 +39,15 @@ def test_before_any_trial_finished_pruned_ones_tell_their_own_metrics_in_their_o
               _trial("running", 0.3, 0.1, 0.1)]
     assert [v for _, v in told(trials, ["lr"], minimize=True, select="best")] == [0.5, 0.8]
     assert [v for _, v in told(trials, ["lr"], minimize=False, select="last")] == [0.5, 0.8]
+
+
+def test_running_trials_tell_what_they_reached_so_far_only_when_asked() -> None:
+    trials = [_trial("done", 0.1, 1.2, 1.0), _trial("pruned", 0.3, 0.9, 0.9),
+              _trial("running", 0.5, 0.8, 0.7), _trial("pending", 0.6, None, None),
+              _trial("running", 0.7, None, None)]  # no epoch ended yet: nothing to tell
+    assert ({"lr": 0.5}, 0.7) not in told(trials, ["lr"], minimize=True, select="best")
+    values = told(trials, ["lr"], minimize=True, select="best", running=True)
+    # the running trial tells its own best epoch so far, not the pruned trials' penalty
+    assert values == [({"lr": 0.1}, 1.0), ({"lr": 0.3}, 1.0), ({"lr": 0.5}, 0.7)]
+    assert told(trials, ["lr"], minimize=True, select="last", running=True)[2] == (
+        {"lr": 0.5}, 0.8)
