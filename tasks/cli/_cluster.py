@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hoptune.core import ConfigError, Settings, StoreError
+from hoptune.core import Settings, StoreError, parse_duration
 from hoptune.tasks.worker import local_devices, visible_gpus
 
 __all__ = ["AUTO_WORKERS", "assign_shards", "default_workers", "LocalCluster", "local_cluster",
@@ -32,16 +32,9 @@ AUTO_WORKERS = 0
 
 def stop_seconds() -> float:
     """How long local workers told to stop may finish the hop they run before they are killed
-    (``HOPTUNE_STOP_SECONDS``, default 20): a hop cut off is trained again elsewhere."""
-    text = os.environ.get("HOPTUNE_STOP_SECONDS", "20")
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise ConfigError(f"HOPTUNE_STOP_SECONDS: expected a number of seconds, got {text!r}"
-                          ) from None
-    if not seconds > 0:
-        raise ConfigError(f"HOPTUNE_STOP_SECONDS: must be > 0, got {text}")
-    return seconds
+    (``HOPTUNE_STOP_SECONDS``: seconds, or a duration such as ``2m``; default 20): a hop cut
+    off is trained again elsewhere."""
+    return parse_duration(os.environ.get("HOPTUNE_STOP_SECONDS", "20"), "HOPTUNE_STOP_SECONDS")
 
 
 def default_workers(gpus: int | None = None) -> int:

@@ -240,7 +240,8 @@ def test_a_bad_stop_bound_stops_before_anything_starts(project: Path, monkeypatc
     monkeypatch.setenv("HOPTUNE_STOP_SECONDS", "soon")
     result = hoptune("tune", "north", "--local-workers", "2", cwd=project)
     assert (result.returncode, result.stderr) == (
-        2, "hoptune: error: HOPTUNE_STOP_SECONDS: expected a number of seconds, got 'soon'\n")
+        2, "hoptune: error: HOPTUNE_STOP_SECONDS: 'soon' is not a duration such as 6h, 90m "
+           "or 45s\n")
     assert files(project) == {"hoptune.toml", "data", "data/north.csv"}
 
 
