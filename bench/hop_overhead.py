@@ -14,7 +14,13 @@ hops it takes the median of each part outside training:
 - save: writing the hop's checkpoint to the store;
 - record: the study-database bookkeeping of the hop.
 
+With ``--store URL`` (``s3://BUCKET/PREFIX``; credentials and endpoint from the
+standard AWS variables) each size also runs this checkout's code with the store
+there, beside the local folder ("after"), in a fresh prefix of its own: what
+the object store costs a hop.
+
 Usage: python bench/hop_overhead.py [--epochs 5] [--hop-seconds 0.04,1.0] [--before REV]
+       [--store s3://BUCKET/PREFIX]
 Writes its section of BENCHMARKS.md; the last line is one JSON object.
 """
 
@@ -29,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from hoptune.tuner import HopRecords, HopRow
@@ -101,13 +108,16 @@ def _calibrate(home: Path, hop_seconds: float) -> tuple[int, int]:
     return int(rate * hop_seconds), size
 
 
-def _measure(rows_per_shard: int, epochs: int) -> dict:
-    """One trial hopping on 2 local workers with whatever ``hoptune`` imports here."""
+def _measure(rows_per_shard: int, epochs: int, store: str | None = None) -> dict:
+    """One trial hopping on 2 local workers with whatever ``hoptune`` imports here; the
+    store in the home's folder, or at ``store``."""
     home = Path(tempfile.mkdtemp(prefix="htbench-"))
     os.environ["HOPTUNE_HOME"] = str(home)
     os.environ["HOPTUNE_TORCH_THREADS"] = "1"
     for key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL"):
         os.environ.pop(key, None)
+    if store is not None:
+        os.environ["HOPTUNE_STORE_URL"] = store
     from hoptune.core import Settings, Store
     from hoptune.regions import ingest, load_config
     from hoptune.tasks import app
@@ -150,13 +160,15 @@ def _before_tree(rev: str) -> Path:
 
 
 
-def _run(rows: int, epochs: int, tree: Path | None) -> dict:
+def _run(rows: int, epochs: int, tree: Path | None, store: str | None = None) -> dict:
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree / "pkg")
+    where = ["--measure-store", f"{store.rstrip('/')}/hop-overhead-{uuid.uuid4().hex[:8]}"
+             ] if store else []  # a prefix of its own: study ids restart in each run
     out = subprocess.run([sys.executable, "-P", __file__, "--measure", str(rows),
-                          "--epochs", str(epochs)], env=env, check=True, capture_output=True,
-                         text=True, cwd=ROOT).stdout
+                          "--epochs", str(epochs), *where], env=env, check=True,
+                         capture_output=True, text=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -165,14 +177,17 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--hop-seconds", default="0.04,1.0")
     parser.add_argument("--before", default="928476f")
+    parser.add_argument("--store", default=None, metavar="URL",
+                        help="also run with the store at URL (s3://BUCKET/PREFIX), side by side")
     parser.add_argument("--measure", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--measure-store", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(_measure(args.measure, args.epochs)))
+        print(json.dumps(_measure(args.measure, args.epochs, args.measure_store)))
         return 0
 
     tree = _before_tree(args.before) if args.before else None
-    results: dict = {"before": args.before, "sizes": []}
+    results: dict = {"before": args.before, "store": args.store, "sizes": []}
     try:
         for seconds in (float(x) for x in args.hop_seconds.split(",")):
             home = Path(tempfile.mkdtemp(prefix="htcal-"))
@@ -187,6 +202,8 @@ def main() -> int:
             if tree is not None:
                 entry["before"] = _run(rows, epochs, tree)
             entry["after"] = _run(rows, epochs, None)
+            if args.store:
+                entry["store"] = _run(rows, epochs, None, args.store)
             entry["load_after"] = load_average()
             results["sizes"].append(entry)
     finally:
@@ -194,7 +211,7 @@ def main() -> int:
             shutil.rmtree(tree, ignore_errors=True)
     _report(results)
     summary = {f"{'short' if e['hop_seconds'] < 0.5 else 'long'}_{side}_{k}": e[side][k]
-               for e in results["sizes"] for side in ("before", "after") if side in e
+               for e in results["sizes"] for side in ("before", "after", "store") if side in e
                for k in ("overhead_s", "overhead_share")}
     print(json.dumps({**summary, "results": results}))
     return 0
@@ -233,14 +250,20 @@ _PARTS = [("dispatch_s", "dispatch (hand-on to start on the next worker)"),
           ("train_s", "training")]
 
 
+def _side(side: str, results: dict) -> str:
+    """A column's name: before, after (the store in a local folder), or the store's URL."""
+    return f"after, store {results['store']}" if side == "store" else side
+
+
 def _report(results: dict) -> None:
     sections = []
     for e in results["sizes"]:
-        sides = [s for s in ("before", "after") if s in e]
-        head = " | ".join(f"{s} (s)" for s in sides)
+        sides = [s for s in ("before", "after", "store") if s in e]
+        head = " | ".join(f"{_side(s, results)} (s)" for s in sides)
         rows = "\n".join(f"| {label} | " + " | ".join(f"{e[s][k]:.4f}" for s in sides) + " |"
                          for k, label in _PARTS)
-        share = ", ".join(f"{s} **{e[s]['overhead_share']:.1%}** ({e[s]['hops']} hops)"
+        share = ", ".join(f"{_side(s, results)} **{e[s]['overhead_share']:.1%}** "
+                          f"({e[s]['hops']} hops)"
                           for s in sides)
         sections.append(f"""
 ### A ~{e['hop_seconds']:g} s hop ({e['rows_per_shard']:,} rows per shard)

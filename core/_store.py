@@ -4,7 +4,18 @@ A key is a ``/``-separated path relative to the store's root. Writes are
 atomic: on a local or shared file system the bytes go to a temporary name in
 the same folder and are renamed into place; on object stores a single put is
 already atomic. A reader therefore sees either the whole object or nothing,
-which is what makes "skip the hop if its checkpoint exists" safe.
+which is what makes "skip the hop if its checkpoint exists" safe. Object
+stores have no rename, so nothing here moves a folder: what must appear whole
+as a group of objects (a registry version) is made visible by replacing one
+small pointer object after it is written.
+
+On an object store (``s3://BUCKET/PREFIX``, with s3fs installed) every request
+that fails transiently is tried again (``core/_retry.py``), listings are never
+cached (other hosts write the same store), and credentials and the endpoint
+come from the standard variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL`` for an
+S3-compatible server other than AWS). A failure that does not pass becomes
+one ``StoreError`` line naming the store, the operation and the key.
 """
 
 from __future__ import annotations
@@ -14,13 +25,19 @@ import json
 import os
 import uuid
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import fsspec
 
 from hoptune.core._errors import StoreError
+from hoptune.core._retry import RetryPolicy
 
 __all__ = ["Store"]
+
+T = TypeVar("T")
+
+#: Modules whose exceptions are failures of the store itself (not bugs in hoptune).
+_STORE_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec", "gcsfs", "adlfs")
 
 
 class Store:
@@ -28,23 +45,52 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = str(url)
+        protocol = fsspec.core.split_protocol(self.url)[0] or "file"
+        # other hosts write the same store: a cached listing would hide their objects
+        # (and each Store its own client, reading the endpoint and credentials when made)
+        options = ({} if protocol in ("file", "local", "memory")
+                   else {"use_listings_cache": False, "skip_instance_cache": True})
         try:
-            self.fs, root = fsspec.core.url_to_fs(self.url)
+            self.fs, root = fsspec.core.url_to_fs(self.url, **options)
         except (ImportError, ValueError) as exc:
             raise StoreError(f"store {self.url}: {exc}") from exc
         self.root = root.rstrip("/")
         self.local = "file" in _protocols(self.fs)
+        self.retry = RetryPolicy.from_env()
+
+    def _call(self, operation: Callable[[], T], what: str, key: str) -> T:
+        """``operation`` with retries on transient failures; what still fails is a StoreError.
+
+        A missing object stays a ``FileNotFoundError`` for the caller to word.
+        """
+        try:
+            return self.retry.call(operation, f"{what} {key} in {self.url}")
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _STORE_MODULES:
+                first = (str(exc).splitlines() or [""])[0]
+                raise StoreError(f"store {self.url}: {what} {key}: {type(exc).__name__}: "
+                                 f"{first}") from exc
+            raise
 
     def path(self, key: str) -> str:
         """The full path of ``key`` inside the store's file system."""
         return f"{self.root}/{key.lstrip('/')}"
 
     def exists(self, key: str) -> bool:
-        return bool(self.fs.exists(self.path(key)))
+        return bool(self._call(lambda: self.fs.exists(self.path(key)), "look up", key))
+
+    def size(self, key: str) -> int:
+        """The size in bytes of the object under ``key``."""
+        try:
+            return int(self._call(lambda: self.fs.size(self.path(key)), "size", key))
+        except FileNotFoundError as exc:
+            raise StoreError(f"store {self.url}: no object {key}") from exc
 
     def read_bytes(self, key: str) -> bytes:
         try:
-            return self.fs.cat_file(self.path(key))
+            return self._call(lambda: self.fs.cat_file(self.path(key)), "read", key)
         except FileNotFoundError as exc:
             raise StoreError(f"store {self.url}: no object {key}") from exc
 
@@ -55,7 +101,8 @@ class Store:
     def read_tail(self, key: str, size: int) -> bytes:
         """The last ``size`` bytes of the object under ``key`` (all of it if shorter)."""
         try:
-            return self.fs.cat_file(self.path(key), start=-size)
+            return self._call(lambda: self.fs.cat_file(self.path(key), start=-size),
+                              "read the end of", key)
         except FileNotFoundError as exc:
             raise StoreError(f"store {self.url}: no object {key}") from exc
 
@@ -79,7 +126,8 @@ class Store:
         if not self.local:
             buffer = io.BytesIO()
             write(buffer)
-            self.fs.pipe_file(target, buffer.getvalue())
+            data = buffer.getvalue()
+            self._call(lambda: self.fs.pipe_file(target, data), "write", key)
             return
         os.makedirs(os.path.dirname(target), exist_ok=True)
         tmp = f"{target}.tmp-{uuid.uuid4().hex}"
@@ -104,38 +152,27 @@ class Store:
     def list(self, prefix: str) -> list[str]:
         """Keys of the objects below ``prefix`` (recursively), sorted."""
         base = self.path(prefix)
-        if not self.fs.exists(base):
+        if self.local and not os.path.exists(base):
             return []
-        found = self.fs.find(base)
+        try:
+            found = self._call(lambda: self.fs.find(base), "list", prefix)
+        except FileNotFoundError:
+            return []
         root = self.root + "/"
         return sorted(p[len(root) :] if p.startswith(root) else p for p in found)
 
     def delete(self, prefix: str) -> None:
         """Remove ``prefix`` and everything below it; a missing prefix is fine."""
         base = self.path(prefix)
-        if self.fs.exists(base):
-            self.fs.rm(base, recursive=True)
 
-    def move_folder(self, source: str, target: str, *, last: str | None = None) -> None:
-        """Move the folder ``source`` to ``target``, which must not exist yet.
+        def remove() -> None:
+            if self.fs.exists(base):
+                self.fs.rm(base, recursive=True)
 
-        On a file system one rename: a reader sees the whole folder or none
-        of it. Elsewhere (object stores have no folders) each object is
-        copied, the one named ``last`` after the others, then the source goes.
-        """
-        src, dst = self.path(source), self.path(target)
-        if self.fs.exists(dst):
-            raise StoreError(f"store {self.url}: {target} exists already")
-        if self.local:
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            os.rename(src, dst)
-            return
-        keys = self.list(source)
-        ordered = [k for k in keys if k.rsplit("/", 1)[-1] != last]
-        ordered += [k for k in keys if k.rsplit("/", 1)[-1] == last]
-        for key in ordered:
-            self.fs.copy(self.path(key), dst + key[len(source):])
-        self.delete(source)
+        try:
+            self._call(remove, "delete", prefix)
+        except FileNotFoundError:
+            pass  # removed meanwhile (by a retry whose first answer was lost, or another host)
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"

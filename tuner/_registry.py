@@ -1,15 +1,18 @@
-"""The model registry in the store: ``models/REGION/VERSION/`` and a champion pointer.
+"""The model registry in the store: ``models/REGION/VERSION/`` and one pointer object.
 
 Each promoted model is a version folder with its weights (a ``state_dict``),
 its card (family, params, metric, data manifest hash, study and trial, visit
 orders) and, for rating models, the id maps that turn user and item ids into
-rows of its embeddings. ``models/REGION/champion.json`` names the champion;
-it is rewritten atomically, so a reader always sees one whole version.
+rows of its embeddings. ``models/REGION/champion.json`` is the registry's one
+pointer: it names the champion and every version that was written whole.
 
-A version is written under a staging name and moved into place whole (its
-card last where the store cannot rename a folder): a reader never sees half a
-version, and a version folder without its card is not a version. A writer
-that died leaves its staging folder behind; the next writer removes it.
+A version is written in place (card last), then the pointer is replaced (one
+small object: a single put on an object store, a rename on a file system):
+readers follow only the pointer, so a version appears whole or not at all,
+on a store with no rename too. A writer that died leaves a version folder the
+pointer does not name; the next writer removes it. A registry written before
+the pointer named its versions (its folders were moved into place whole) is
+read by listing its version folders that have a card.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import io
 import logging
 import re
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from hoptune.core import Store, StoreError
@@ -31,17 +33,38 @@ __all__ = ["champion_version", "champion_card", "versions", "load_weights", "wri
 log = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"v(\d{4,})")
-_STAGING = ".staging-"
 
 
 def _prefix(region: str) -> str:
     return f"models/{region}"
 
 
+def _pointer_key(region: str) -> str:
+    return f"{_prefix(region)}/champion.json"
+
+
+def _pointer(store: Store, region: str) -> dict[str, Any]:
+    """The pointer: ``version`` (the champion, or None) and ``versions`` (every whole one)."""
+    key = _pointer_key(region)
+    pointer = store.read_json(key) if store.exists(key) else {"version": None}
+    if "versions" not in pointer:  # written before the pointer named the versions
+        folders: dict[str, set[str]] = {}
+        for k in store.list(_prefix(region)):
+            parts = k.split("/")
+            if len(parts) == 4 and _VERSION.fullmatch(parts[2]):
+                folders.setdefault(parts[2], set()).add(parts[3])
+        pointer["versions"] = sorted(n for n, files in folders.items() if "card.json" in files)
+    return pointer
+
+
+def _write_pointer(store: Store, region: str, pointer: dict[str, Any]) -> None:
+    store.write_json(_pointer_key(region), pointer)
+
+
 def champion_version(store: Store, region: str) -> str | None:
     """The champion's version, or None if the region has none yet."""
-    pointer = f"{_prefix(region)}/champion.json"
-    return store.read_json(pointer)["version"] if store.exists(pointer) else None
+    key = _pointer_key(region)
+    return store.read_json(key).get("version") if store.exists(key) else None
 
 
 def champion_card(store: Store, region: str) -> dict[str, Any] | None:
@@ -52,14 +75,13 @@ def champion_card(store: Store, region: str) -> dict[str, Any] | None:
 
 def versions(store: Store, region: str) -> list[dict[str, Any]]:
     """Every promoted version's card, oldest first."""
-    cards = [store.read_json(key) for key in store.list(_prefix(region))
-             if key.endswith("/card.json") and _VERSION.fullmatch(key.split("/")[2])]
-    return sorted(cards, key=lambda c: int(c["version"][1:]))
+    names = _pointer(store, region)["versions"]
+    return [store.read_json(f"{_prefix(region)}/{name}/card.json")
+            for name in sorted(names, key=lambda n: int(n[1:]))]
 
 
 def next_version(store: Store, region: str) -> str:
-    numbers = [int(m.group(1)) for key in store.list(_prefix(region))
-               if (m := _VERSION.fullmatch(key.split("/")[2]))]
+    numbers = [int(name[1:]) for name in _pointer(store, region)["versions"]]
     return f"v{max(numbers, default=0) + 1:04d}"
 
 
@@ -72,33 +94,36 @@ def load_weights(store: Store, region: str, version: str) -> dict[str, torch.Ten
 
 def write_version(store: Store, region: str, version: str, weights: dict[str, torch.Tensor],
                   card: dict[str, Any], ids: dict[str, list[str]] | None = None) -> None:
-    """Write a version whole: into a staging folder, then moved to its name, card last."""
+    """Write a version whole: its files (card last), then the pointer that names it.
+
+    Call it holding the region's registry lock, after ``clean_staging``.
+    """
     import torch
 
     buffer = io.BytesIO()
     torch.save(weights, buffer)
-    staging = f"{_prefix(region)}/{_STAGING}{version}-{uuid.uuid4().hex[:8]}"
-    store.write_bytes(f"{staging}/weights.pt", buffer.getvalue())
+    folder = f"{_prefix(region)}/{version}"
+    pointer = _pointer(store, region)
+    store.write_bytes(f"{folder}/weights.pt", buffer.getvalue())
     if ids is not None:
-        store.write_json(f"{staging}/ids.json", ids)
-    store.write_json(f"{staging}/card.json", card)
-    store.move_folder(staging, f"{_prefix(region)}/{version}", last="card.json")
+        store.write_json(f"{folder}/ids.json", ids)
+    store.write_json(f"{folder}/card.json", card)
+    pointer["versions"] = sorted({*pointer["versions"], version}, key=lambda n: int(n[1:]))
+    _write_pointer(store, region, pointer)
 
 
 def clean_staging(store: Store, region: str) -> list[str]:
-    """Remove what a writer that died left: staging folders, version folders with no card.
+    """Remove what a writer that died left: folders the pointer does not name.
 
     Call it holding the region's registry lock (no writer is running then).
     Returns the folders removed, each also logged.
     """
-    folders: dict[str, set[str]] = {}
-    for key in store.list(_prefix(region)):
-        parts = key.split("/")
-        if len(parts) > 3:
-            folders.setdefault(parts[2], set()).add(parts[3])
+    whole = set(_pointer(store, region)["versions"])
+    folders = sorted({key.split("/")[2] for key in store.list(_prefix(region))
+                      if len(key.split("/")) > 3})
     removed = []
-    for name, files in sorted(folders.items()):
-        if name.startswith(_STAGING) or (_VERSION.fullmatch(name) and "card.json" not in files):
+    for name in folders:
+        if name not in whole:
             log.warning("registry of %s: removing %s, left half-written by a writer that died",
                         region, name)
             store.delete(f"{_prefix(region)}/{name}")
@@ -107,8 +132,9 @@ def clean_staging(store: Store, region: str) -> list[str]:
 
 
 def set_champion(store: Store, region: str, version: str, updated_at: str) -> None:
-    store.write_json(f"{_prefix(region)}/champion.json",
-                     {"version": version, "updated_at": updated_at})
+    """Make ``version`` (written whole before) the champion: one replace of the pointer."""
+    pointer = _pointer(store, region)
+    _write_pointer(store, region, {**pointer, "version": version, "updated_at": updated_at})
 
 
 def export_champion(store: Store, region: str, out: Any) -> dict[str, Any]:
