@@ -261,6 +261,13 @@ class _Simulation:
                                  f"{position} is outside {spec.epochs} epochs of "
                                  f"{spec.shards} hops")
             self.new_trial(study, epoch, position)
+            # it passed the rungs below its epoch: its values stand there, as they do in the
+            # study database, for the trials judged at those rungs later (itself included,
+            # with ``recheck``)
+            for rung in spec.pruner.rungs() if spec.pruner is not None else ():
+                if rung <= epoch:
+                    study.rung_values.setdefault(rung, []).append(
+                        self.metric_at(study, study.next_trial - 1, rung))
 
     def start_trials(self, study: _Study, delay: float, limit: int | None = None) -> None:
         """New trials in the study's free slots (at most ``limit``), each sending its first hop."""
@@ -374,12 +381,17 @@ class _Simulation:
         t.position = following
         self.send(study.spec.region, t.index, nxt)
 
+    @staticmethod
+    def metric_at(study: _Study, trial: int, epoch: int) -> float:
+        """The metric trial ``trial`` reports after ``epoch`` (1-based)."""
+        spec = study.spec
+        return spec.metric(trial, epoch) if spec.metric else study.metrics[trial]
+
     def pruned(self, study: _Study, t: _Trial, epoch: int) -> bool:
         """Whether the study's pruner stops the trial after ``epoch`` (1-based), as
         ``end_of_epoch`` asks it: judged at this rung and again at those it passed."""
         spec = study.spec
-        history = [spec.metric(t.index, e) if spec.metric else study.metrics[t.index]
-                   for e in range(1, epoch + 1)]
+        history = [self.metric_at(study, t.index, e) for e in range(1, epoch + 1)]
         rungs = {r: study.rung_values.get(r, []) for r in spec.pruner.rungs() if r <= epoch}
         return spec.pruner.should_stop(epoch, history, rungs, minimize=spec.minimize)
 
@@ -388,7 +400,7 @@ class _Simulation:
         done or pruned, which sends its study a ``tune_step``."""
         spec = study.spec
         epoch = t.epoch + 1  # 1-based, as end_of_epoch passes it
-        metric = spec.metric(t.index, epoch) if spec.metric else study.metrics[t.index]
+        metric = self.metric_at(study, t.index, epoch)
         values = study.rung_values.setdefault(epoch, [])
         values.append(metric)
         if epoch >= spec.epochs:

@@ -129,6 +129,21 @@ def test_a_study_under_way_goes_on_from_where_its_trials_stand() -> None:
     assert result.trials == {"north": {"done": 3}}
 
 
+def test_a_trial_in_flight_past_a_rung_is_judged_again_there_with_its_own_value() -> None:
+    # rungs after epochs 1 and 2; trial 0 is in flight at epoch 2 (it passed rung 1 before the
+    # plan), trial 1 in flight at epoch 1: judged again at rung 1 with recheck, each needs the
+    # values the trials in flight left there, its own included (a plan once failed here)
+    pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=4, recheck=True)
+    assert pruner.rungs() == (1, 2)
+    under_way = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=4,
+                         parallel=2, epochs=4, pruner=pruner, in_flight=[(2, 0), (1, 1)],
+                         metric=lambda trial, epoch: float(trial))
+    result = simulate([under_way], 1)
+    # trial 0 (the best) finishes; the worse ones stop at a rung
+    assert result.trials["north"]["done"] >= 1
+    assert sum(result.trials["north"].values()) == 4
+
+
 def test_trials_in_flight_must_fit_the_study() -> None:
     import pytest
 
