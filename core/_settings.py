@@ -8,6 +8,9 @@ can be pointed elsewhere for a cluster. The region configuration is
 new user runs after the demo find the demo's regions. ``HOPTUNE_NIGHTLY_DEADLINE`` (``6h``,
 ``90m``, ``1h30m`` or seconds) is how long a nightly run may take: its start
 logs the plan and warns at once when the plan predicts a miss.
+``HOPTUNE_DASHBOARD_HOST``, ``HOPTUNE_DASHBOARD_PORT``, ``HOPTUNE_DASHBOARD_USER`` and
+``HOPTUNE_DASHBOARD_PASSWORD`` are where ``hoptune dashboard`` listens and the HTTP
+basic auth it asks for.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hoptune.core._errors import ConfigError
@@ -57,6 +60,16 @@ def _config_path(env: Mapping[str, str], home: Path) -> Path:
     return local
 
 
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    """A TCP port from ``env[name]``, else ``default``."""
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ConfigError(f"{name}: {text!r} is not a port number between 1 and 65535")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Locations of the home folder, store, study database and broker."""
@@ -67,6 +80,10 @@ class Settings:
     broker_url: str | None
     config_path: Path
     nightly_deadline: float | None = None  # seconds a nightly run may take; None: no deadline
+    dashboard_host: str = "127.0.0.1"  # where ``hoptune dashboard`` listens
+    dashboard_port: int = 8080
+    dashboard_user: str | None = None  # its HTTP basic auth; None: none set
+    dashboard_password: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -81,6 +98,10 @@ class Settings:
             nightly_deadline=(parse_duration(env["HOPTUNE_NIGHTLY_DEADLINE"],
                                              "HOPTUNE_NIGHTLY_DEADLINE")
                               if env.get("HOPTUNE_NIGHTLY_DEADLINE") else None),
+            dashboard_host=env.get("HOPTUNE_DASHBOARD_HOST") or "127.0.0.1",
+            dashboard_port=_port(env, "HOPTUNE_DASHBOARD_PORT", 8080),
+            dashboard_user=env.get("HOPTUNE_DASHBOARD_USER") or None,
+            dashboard_password=env.get("HOPTUNE_DASHBOARD_PASSWORD") or None,
         )
 
     @property

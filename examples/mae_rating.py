@@ -7,7 +7,7 @@ is a complete configuration. The factory reads the parameters it declares in
 the model together with its own loss and metric, so hoptune trains on the
 absolute error and ranks trials, prunes and promotes by validation MAE.
 
-What the model receives (a rating region; see README "The data contract"):
+What the model receives (a rating region; see docs/own-model.md, "The data contract"):
 ``batch["user"]`` and ``batch["item"]`` are int64 row indices into the region's
 id maps (``0 .. meta["n_users"] - 1``), ``batch["rating"]`` is float32.
 """

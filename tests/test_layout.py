@@ -28,6 +28,7 @@ PACKAGES = {
     "hoptune.tasks.study": "tasks/study",
     "hoptune.tasks.plan": "tasks/plan",
     "hoptune.tasks.monitor": "tasks/monitor",
+    "hoptune.tasks.dashboard": "tasks/dashboard",
     "hoptune.tasks.cli": "tasks/cli",
     # The benchmarks are users: they import public names only.
     "bench": "bench",
@@ -39,7 +40,8 @@ PACKAGES = {
 # on them, and what runs in a user's shell (monitoring, the command line) on top.
 FLOORS = ["hoptune.core", "hoptune.kernels", "hoptune.regions", "hoptune.tuner",
           "hoptune.tasks.worker", "hoptune.tasks.hop", "hoptune.tasks.study", "hoptune.tasks.plan",
-          "hoptune.tasks", "hoptune.tasks.monitor", "hoptune.tasks.cli", "hoptune", "bench"]
+          "hoptune.tasks", "hoptune.tasks.monitor", "hoptune.tasks.dashboard",
+          "hoptune.tasks.cli", "hoptune", "bench"]
 LAZY = re.compile(r"""["'](hoptune(?:\.\w+)+)["']""")
 
 

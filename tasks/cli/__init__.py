@@ -28,6 +28,7 @@ from typing import NamedTuple
 from hoptune.core import HoptuneError, lazy_names
 from hoptune.tasks.cli import (
     _beat,
+    _dashboard,
     _db,
     _demo,
     _doctor,
@@ -85,6 +86,8 @@ COMMANDS: dict[str, Command] = {
                                  "champion"),
     "report": Command(_report, "an HTML report with plots of a region's latest study"),
     "flower": Command(_flower, "Flower for the cluster, behind HTTP basic auth"),
+    "dashboard": Command(_dashboard, "a live web dashboard of the night, its studies, the "
+                                     "cluster and the registry"),
     "status": Command(_status, "studies of every region, and the workers that answer"),
     "doctor": Command(_doctor, "check this host: versions, GPUs, kernel self-tests, broker, "
                                "database, store (exit 1 if one is not usable)"),

@@ -12,6 +12,7 @@ from hoptune.core import lazy_names
 _NAMES = {
     "diagnose": "hoptune.tasks.monitor._doctor",
     "render": "hoptune.tasks.monitor._doctor",
+    "busy_shares": "hoptune.tasks.monitor._metrics",
     "start_metrics": "hoptune.tasks.monitor._metrics",
     "health_sections": "hoptune.tasks.monitor._status",
 }

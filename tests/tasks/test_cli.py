@@ -57,7 +57,8 @@ def test_each_command_is_a_module_named_after_it() -> None:
 
     assert list(cli.COMMANDS) == [
         "ingest", "worker", "up", "demo", "tune", "nightly", "beat", "models", "export",
-        "predict", "report", "flower", "status", "doctor", "plan", "sweep", "metrics", "gc", "db"]
+        "predict", "report", "flower", "dashboard", "status", "doctor", "plan", "sweep", "metrics",
+        "gc", "db"]
     for name, command in cli.COMMANDS.items():
         module = command.module
         # the planner is hoptune.tasks.plan; its command line is not a second planner

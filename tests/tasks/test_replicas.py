@@ -1,7 +1,7 @@
 """Several workers owning the same shards share its queues: they split the hops, none twice.
 
-README: "Several workers may own the same shard (replicas); they share its
-queue." Two real workers here own both shards of the region, so both consume
+docs/operations/cluster.md: "Several workers may own the same shard (replicas);
+they share its queue." Two real workers here own both shards of the region, so both consume
 both hop queues; the study still trains every hop of every epoch exactly once.
 """
 
