@@ -1,23 +1,30 @@
-"""Model hopping against task parallelism and one process, side by side in one run.
+"""Model hopping against task parallelism and one process, across region sizes, in one run.
 
-The same region data, the same trial configurations (fixed, so no pruning
-changes the work), the same 2 real workers, three ways:
+For each region size (``--sizes``: training rows; default 10 thousand, 100 thousand, 1
+million and 10 million), the same region data, the same trial configurations (fixed, so no
+pruning changes the work), the same 2 real workers, four ways:
 
-- hoptune: the data in 2 shards, one per worker; each trial hops between them;
-- task parallelism through the same Celery cluster: the same data as one
-  shard that both workers hold a full copy of (replicas of one queue), so each
-  hop of a trial is a whole epoch on one worker;
-- one process training the trials one after another, each in the visit order
-  hoptune recorded for it (``replay_trial``): its final weights must be
-  bitwise those hoptune's hops produced.
+- hoptune as shipped, ``shards = "auto"``: the shard count chosen at ingest from the data
+  size and the costs the study database has recorded so far (the sizes run smallest first,
+  so each later size is chosen from the hops of the earlier ones; the first, with nothing
+  recorded, by the rule from rows alone);
+- hoptune with K = 2 forced: the data in 2 shards, one per worker; each trial hops between
+  them;
+- task parallelism through the same Celery cluster: the same data as one shard that both
+  workers hold a full copy of (replicas of one queue), so each hop of a trial is a whole
+  epoch on one worker;
+- one process training the trials one after another, each in the visit order hoptune
+  recorded for it with K = 2 (``replay_trial``): its final weights must be bitwise those
+  hoptune's hops produced.
 
-For each: wall time per epoch of the cohort (first trial started to last
-trial finished, over the epochs), each worker's busy share (its recorded hop
-time over that span), bytes of data the workers hold, bytes of checkpoints
-moved between store and workers (at most: the hops that found their input in
-their worker's memory read nothing), and each trial's final validation metric.
+For each: wall time per epoch of the cohort (first trial started to last trial finished,
+over the epochs), each worker's busy share (its recorded hop time over that span) and the
+bytes of data each worker holds (the shards' tensors it owns). Sizes from ``--big`` rows up
+train ``--big-trials`` trials for ``--big-epochs`` epochs (the same for every way), so the
+largest fits in minutes on 2 cores.
 
-Usage: python bench/mop.py [--trials 4] [--epochs 3] [--hop-seconds 0.5]
+Usage: python bench/mop.py [--sizes 10000,100000,1000000,10000000] [--trials 4] [--epochs 3]
+                           [--big 5000000] [--big-trials 2] [--big-epochs 1]
 Writes its section of BENCHMARKS.md; the last line is one JSON object.
 """
 
@@ -37,35 +44,43 @@ from hoptune.tuner import HopRecords
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import command, load_average, machine, write_section  # noqa: E402
-from bench.hop_overhead import N_ITEMS, N_USERS, _calibrate  # noqa: E402
+from bench.hop_overhead import N_ITEMS, N_USERS  # noqa: E402
 
+VALIDATION_FRACTION = 0.05
 CONFIG = """
 [defaults]
 epochs = {epochs}
 batch_size = 1024
 seed = 0
-validation_fraction = 0.05
+validation_fraction = {validation}
 optimizer = "fused_adamw"
 [defaults.params]
 embedding_dim = 32
 lr = 0.005
 reg = 1e-5
-[regions.hop]
+[regions.auto_{size}]
+shards = "auto"
+{region}
+[regions.hop_{size}]
 shards = 2
 {region}
-[regions.task]
+[regions.task_{size}]
 shards = 1
 {region}
+[regions.warm_{size}]
+shards = 2
+epochs = 1
+{warm}
 """
 REGION = """data = "{data}"
 family = "rating_mf"
 columns = {{ user = "user_id", item = "item_id", rating = "rating" }}
 rating_range = [1.0, 5.0]"""
+WAYS = ("auto", "hop", "task")
 
 #: The trial configurations, cycled: learning rates and embedding sizes a tuner would try.
 CONFIGS = [{"lr": 0.005, "embedding_dim": 32}, {"lr": 0.01, "embedding_dim": 16},
            {"lr": 0.002, "embedding_dim": 32}, {"lr": 0.02, "embedding_dim": 8}]
-
 
 
 def _way(rt, region, manifest, configs, app) -> dict:  # noqa: ANN001 - bench glue
@@ -93,95 +108,141 @@ def _way(rt, region, manifest, configs, app) -> dict:  # noqa: ANN001 - bench gl
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000,10000000",
+                        help="training rows of each region size, comma-separated")
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--hop-seconds", type=float, default=0.5)
+    parser.add_argument("--big", type=int, default=5_000_000,
+                        help="sizes from this many rows train --big-trials for --big-epochs")
+    parser.add_argument("--big-trials", type=int, default=2)
+    parser.add_argument("--big-epochs", type=int, default=1)
     args = parser.parse_args()
+    try:
+        sizes = sorted(int(x) for x in args.sizes.split(","))
+    except ValueError:
+        parser.error(f"--sizes: comma-separated integers, got {args.sizes!r}")
+    if not sizes or sizes[0] < 1000:
+        parser.error("--sizes: each size at least 1000 rows")
 
     home = Path(tempfile.mkdtemp(prefix="htmop-"))
     os.environ["HOPTUNE_HOME"] = str(home)
     os.environ["HOPTUNE_TORCH_THREADS"] = "1"
     for key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL", "HOPTUNE_BROKER_URL"):
         os.environ.pop(key, None)
-    out: dict = {}
+    out: dict = {"sizes": {}, "load_before": load_average()}
+    from hoptune.core import Settings
+    from hoptune.tasks.worker import EmbeddedRedis
+
+    broker = EmbeddedRedis(Settings.from_env().home).start()
     try:
-        out = _measure(home, args)
+        for size in sizes:
+            big = size >= args.big
+            trials, epochs = (args.big_trials, args.big_epochs) if big else (args.trials,
+                                                                             args.epochs)
+            out["sizes"][str(size)] = _measure(home, size, trials, epochs)
+            print(json.dumps({"size": size, **_summary(out["sizes"][str(size)])}), flush=True)
     finally:
+        broker.stop()
         shutil.rmtree(home, ignore_errors=True)
-    _report(out)
+    out["load_after"] = load_average()
+    out["met"] = all(_met(f) for f in out["sizes"].values())
+    _report(out, args)
     print(json.dumps(out))
     return 0
 
 
-def _measure(home: Path, args: argparse.Namespace) -> dict:
-    """The three ways on one region's data in ``home``: the figures ``_report`` writes."""
+def _measure(home: Path, size: int, trials: int, epochs: int) -> dict:
+    """The four ways on one region size's data: the figures ``_report`` writes."""
     from hoptune.core import Settings, Store
     from hoptune.regions import ingest, load_config
+    from hoptune.tasks.plan import ingest_region
     from hoptune.tasks.worker import Runtime
 
-    configs = [CONFIGS[i % len(CONFIGS)] for i in range(args.trials)]
-    rows_per_shard, parameters = _calibrate(home / "cal", args.hop_seconds)
-    config = load_config(_write_config(home, args.epochs, rows_per_shard))
+    configs = [CONFIGS[i % len(CONFIGS)] for i in range(trials)]
+    config = load_config(_write_config(home, size, epochs))
     settings = Settings.from_env()
     store = Store(settings.store_url)
-    hop_region, task_region = config.region("hop"), config.region("task")
-    manifests = {r.name: ingest(r, store).manifest for r in (hop_region, task_region)}
     rt = Runtime(settings, worker="bench")
-    load_before = load_average()
-    hop, task = _on_the_cluster(rt, settings, (hop_region, task_region), manifests, configs)
-    serial, equal = _one_process(rt, store, hop, args.epochs, hop_region.shards)
-    stored, files, moved = _bytes(store, manifests, hop, task, args, hop_region.shards)
+    regions = {way: config.region(f"{way}_{size}") for way in (*WAYS, "warm")}
+    manifests = {way: (ingest_region(rt, r, workers=2) if way == "auto" else
+                       ingest(r, store)).manifest for way, r in regions.items()}
+    ways = _on_the_cluster(rt, settings, regions, manifests, configs)
+    serial, equal = _one_process(rt, store, ways["hop"], epochs, 2)
+    held = {way: _held(store, manifests[way], ways[way]["owners"]) for way in WAYS}
+    e = {way: ways[way]["epoch_s"] for way in WAYS}
     return {
-        "epoch_time_ratio": round(hop["epoch_s"] / task["epoch_s"], 4),
-        "storage_ratio": round(stored["hop"] / stored["task"], 4),
-        "min_worker_busy": min(hop["busy"].values()),
+        "trials": trials, "epochs": epochs, "rows": size,
+        "auto_shards": manifests["auto"]["shards"],
+        "auto_reason": manifests["auto"].get("shards_reason", ""),
+        "epoch_s": {**{w: round(v, 3) for w, v in e.items()}, "serial": round(serial, 3)},
+        "ratio": {w: round(e[w] / e["task"], 4) for w in ("auto", "hop")},
+        "busy": {w: ways[w]["busy"] for w in WAYS},
+        "held_bytes": held,
+        "held_ratio": {w: round(max(held[w].values()) / max(held["task"].values()), 4)
+                       for w in ("auto", "hop")},
+        "hops": {w: ways[w]["hops"] for w in WAYS},
         "bitwise_equal": bool(equal),
-        "epoch_s": {"hop": round(hop["epoch_s"], 3), "task": round(task["epoch_s"], 3),
-                    "serial": round(serial, 3)},
-        "busy": {"hop": hop["busy"], "task": task["busy"]},
-        "stored_bytes": stored, "stored_file_bytes": files, "moved_bytes_at_most": moved,
-        "metrics": {"hop": hop["metrics"], "task": task["metrics"]},
-        "trials": args.trials, "epochs": args.epochs, "rows_per_shard": rows_per_shard,
-        "parameters": parameters, "hops": {"hop": hop["hops"], "task": task["hops"]},
-        "load_before": load_before, "load_after": load_average(),
+        "metrics": {w: ways[w]["metrics"] for w in WAYS},
     }
 
 
-def _write_config(home: Path, epochs: int, rows_per_shard: int) -> Path:
-    """The region's ratings and the configuration of its two ways; the configuration's path."""
+def _summary(f: dict) -> dict:
+    return {k: f[k] for k in ("auto_shards", "epoch_s", "ratio", "busy", "held_ratio")}
+
+
+def _met(f: dict) -> bool:
+    """The issue's targets for ``shards = "auto"`` at one size (the data-held one at 10M)."""
+    ok = f["ratio"]["auto"] <= 1.10 and min(f["busy"]["auto"].values()) >= 0.9
+    if f["rows"] >= 10_000_000:
+        ok &= f["held_ratio"]["auto"] <= 0.5
+    return ok
+
+
+def _write_config(home: Path, size: int, epochs: int) -> Path:
+    """The region's ratings and the configuration of its three ways; the configuration's
+    path."""
     from hoptune.regions import write_ratings
 
-    data = home / "data" / "mop.csv"
-    data.parent.mkdir(parents=True)
+    data = home / "data" / f"mop-{size}.csv"
+    data.parent.mkdir(parents=True, exist_ok=True)
     write_ratings(data, n_users=N_USERS, n_items=N_ITEMS,
-                  n_rows=int(rows_per_shard * 2 / 0.95), rank=8, noise=0.3, seed=1)
-    config_path = home / "hoptune.toml"
-    config_path.write_text(CONFIG.format(epochs=epochs, region=REGION.format(data=data)))
-    return config_path
+                  n_rows=round(size / (1 - VALIDATION_FRACTION)), rank=8, noise=0.3, seed=1)
+    path = home / f"hoptune-{size}.toml"
+    warm = home / "data" / "warm.csv"
+    if not warm.exists():
+        write_ratings(warm, n_users=N_USERS, n_items=N_ITEMS, n_rows=4000, rank=8, noise=0.3,
+                      seed=2)
+    path.write_text(CONFIG.format(epochs=epochs, size=size, validation=VALIDATION_FRACTION,
+                                  region=REGION.format(data=data),
+                                  warm=REGION.format(data=warm)))
+    return path
 
 
-def _on_the_cluster(rt, settings, regions, manifests: dict, configs: list[dict]  # noqa: ANN001
-                    ) -> tuple[dict, dict]:
-    """hoptune's way and task parallelism, one after the other, on the same 2 workers."""
+def _on_the_cluster(rt, settings, regions: dict, manifests: dict,  # noqa: ANN001
+                    configs: list[dict]) -> dict:
+    """The three cluster ways, one after the other, on the same 2 workers, placed as local
+    clusters place shards (``assign_shards``: K = 1 a replica on each worker)."""
     from hoptune.tasks import app
-    from hoptune.tasks.cli import LocalCluster
-    from hoptune.tasks.worker import EmbeddedRedis
+    from hoptune.tasks.cli import LocalCluster, assign_shards
 
-    hop_region, task_region = regions
-    broker = EmbeddedRedis(settings.home).start()
-    # the same two workers serve both ways: one shard of "hop" each, and each a full
-    # copy of "task" (a replica of its only queue)
+    shards = {regions[w].name: int(manifests[w]["shards"]) for w in WAYS}
+    warm = regions["warm"]
+    shards[warm.name] = 2
     cluster = LocalCluster({}, 2, log_dir=settings.home / "logs")
-    cluster.assignment = [[("hop", 0), ("task", 0)], [("hop", 1), ("task", 0)]]
+    cluster.assignment = assign_shards(shards, 2)
+    out = {}
     try:
         cluster.start()
         cluster.wait_ready(app)
-        hop = _way(rt, hop_region, manifests["hop"], configs, app)
-        task = _way(rt, task_region, manifests["task"], configs, app)
+        # each worker's first hop pays its imports and first allocations: not a way's cost
+        _way(rt, warm, manifests["warm"], CONFIGS[:2], app)
+        for way in WAYS:
+            out[way] = _way(rt, regions[way], manifests[way], configs, app)
+            out[way]["owners"] = [[k for r, k in owned if r == regions[way].name]
+                                  for owned in cluster.assignment]
     finally:
         cluster.stop()
-        broker.stop()
-    return hop, task
+    return out
 
 
 def _one_process(rt, store, hop: dict, epochs: int, shards: int  # noqa: ANN001
@@ -205,69 +266,63 @@ def _one_process(rt, store, hop: dict, epochs: int, shards: int  # noqa: ANN001
     return (time.monotonic() - started) / epochs, equal
 
 
-def _bytes(store, manifests: dict, hop: dict, task: dict, args: argparse.Namespace,  # noqa: ANN001
-           shards: int) -> tuple[dict, dict, dict]:
-    """Bytes of data the workers hold (the shards' tensors, as loaded on their devices), of
-    the store's files, and moved between store and workers (at most), by way."""
+def _held(store, manifest: dict, owners: list[list[int]]) -> dict[str, int]:  # noqa: ANN001
+    """Bytes of data each worker holds: the tensors of the shards it owns, as loaded."""
     from hoptune.regions import load_shard
-    from hoptune.tasks.worker import checkpoint_key
 
-    shard_bytes = [sum(t.nbytes for t in load_shard(store, manifests["hop"], k).values())
-                   for k in range(shards)]
-    full_bytes = sum(t.nbytes for t in load_shard(store, manifests["task"], 0).values())
-    files = {"hop": sum(store.fs.size(store.path(k))
-                        for k in manifests["hop"]["files"]["shards"]),
-             "task": 2 * store.fs.size(store.path(manifests["task"]["files"]["shards"][0]))}
-    checkpoint_bytes = store.fs.size(store.path(checkpoint_key(
-        hop["study"], hop["trials"][0].id, args.epochs - 1, shards - 1)))
-    stored = {"hop": sum(shard_bytes), "task": 2 * full_bytes}
-    moved = {
-        "hop": sum(shard_bytes) + checkpoint_bytes * (2 * hop["hops"] - args.trials),
-        "task": 2 * full_bytes + checkpoint_bytes * (2 * task["hops"] - args.trials)}
-    return stored, files, moved
+    sizes = [sum(t.nbytes for t in load_shard(store, manifest, k).values())
+             for k in range(int(manifest["shards"]))]
+    return {f"w{i}": sum(sizes[k] for k in owned) for i, owned in enumerate(owners)}
+
+
+HEADER = ("| rows | trials x epochs | auto K | auto | K = 2 | task | one process | busy, auto "
+          "| busy, K = 2 | busy, task | data held, auto | data held, K = 2 | bitwise "
+          "| auto's targets |\n"
+          "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: "
+          "| --- | --- |")
 
 
 def _verdict(ok: bool) -> str:
     return "met" if ok else "missed"
 
 
-def _report(f: dict) -> None:
-    e, b = f["epoch_s"], f["busy"]
-    busy = {way: ", ".join(f"{v:.1%}" for v in b[way].values()) for way in b}
-    stored, moved, files = f["stored_bytes"], f["moved_bytes_at_most"], f["stored_file_bytes"]
-    metrics = "\n".join(
-        f"| {i} | {h:.4f} | {t:.4f} |"
-        for i, (h, t) in enumerate(zip(f["metrics"]["hop"], f["metrics"]["task"], strict=True)))
+def _report(out: dict, args: argparse.Namespace) -> None:
+    rows = []
+    for size, f in out["sizes"].items():
+        e, b, h = f["epoch_s"], f["busy"], f["held_ratio"]
+        busy = {w: ", ".join(f"{v:.1%}" for v in b[w].values()) for w in WAYS}
+        rows.append(
+            f"| {int(size):,} | {f['trials']} x {f['epochs']} | {f['auto_shards']} | "
+            f"{e['auto']:.3f} ({f['ratio']['auto']:.3f}x) | {e['hop']:.3f} "
+            f"({f['ratio']['hop']:.3f}x) | {e['task']:.3f} | {e['serial']:.3f} | "
+            f"{busy['auto']} | {busy['hop']} | {busy['task']} | {h['auto']:.2f} | "
+            f"{h['hop']:.2f} | {f['bitwise_equal']} | {_verdict(_met(f))} |")
+    reasons = "\n".join(f"- {int(size):,} rows: {f['auto_shards']} shard(s), "
+                         f"{f['auto_reason']}" for size, f in out["sizes"].items())
     write_section("mop", f"""
-## Model hopping against task parallelism (`bench/mop.py`)
+## Model hopping against task parallelism, across region sizes (`bench/mop.py`)
 
 Machine: {machine()}. Command: `{command()}`.
-Load average (1, 5, 15 min) before / after: {f['load_before']} / {f['load_after']}.
-{f['trials']} trials with fixed configurations (no pruning), {f['epochs']} epochs, the rating
-model ({f['parameters']:,} parameters at the largest size), {f['rows_per_shard']:,} rows per
-hoptune shard; the same 2 real `hoptune worker` processes on the embedded Redis serve every
-way, one after the other. Task parallelism: the same data as one shard that both workers
-hold in full, each trial's hop a whole epoch on one worker.
+Load average (1, 5, 15 min) before / after: {out['load_before']} / {out['load_after']}.
+The rating model ({N_USERS:,} users, {N_ITEMS:,} items, embedding 32: about 1M
+parameters), fixed trial configurations (no pruning); the same 2 real `hoptune worker`
+processes on the embedded Redis serve every way of a size, one after the other. Sizes from
+{args.big:,} rows train {args.big_trials} trials for {args.big_epochs} epoch(s), every way
+alike. Task parallelism: the data as one shard both workers hold in full, each trial's hop
+a whole epoch on one worker. Wall time per epoch of the cohort in seconds, with its ratio
+to task parallelism; data held: the most bytes of data one worker holds, against task
+parallelism's; one process: the trials one after another in hoptune's (K = 2) recorded
+visit orders, bitwise equal to hoptune's final weights where "bitwise" says True.
+Targets for `shards = "auto"`: at most 1.10x task parallelism's wall time per epoch and
+every worker at least 90% busy at every size, and at 10 million rows each worker holding
+at most half the data task parallelism holds.
 
-| | hoptune | task parallelism | one process, one trial after another |
-| --- | ---: | ---: | ---: |
-| wall time per epoch of the cohort (s) | {e['hop']:.3f} | {e['task']:.3f} | {e['serial']:.3f} |
-| busy share of each worker | {busy['hop']} | {busy['task']} | 100% (one process) |
-| bytes of data the workers hold (tensors) | {stored['hop']:,} | {stored['task']:,} | |
-| the same as the store's Parquet files | {files['hop']:,} | {files['task']:,} | |
-| bytes moved store <-> workers (at most) | {moved['hop']:,} | {moved['task']:,} | |
-| hops | {f['hops']['hop']} | {f['hops']['task']} | |
+{HEADER}
+{chr(10).join(rows)}
 
-Ratios hoptune / task parallelism: wall time per epoch **{f['epoch_time_ratio']:.3f}**
-(target at most 1.10: {_verdict(f['epoch_time_ratio'] <= 1.10)}); data held
-**{f['storage_ratio']:.3f}** (target at most 1/2: {_verdict(f['storage_ratio'] <= 0.5)});
-least busy hoptune worker **{f['min_worker_busy']:.1%}** (target at least 90%:
-{_verdict(f['min_worker_busy'] >= 0.9)}). Final weights of every trial bitwise equal to one
-process training it in its recorded visit order: **{f['bitwise_equal']}**.
+Why `auto` chose its K (the manifest's reason):
 
-| trial | final validation RMSE, hoptune | task parallelism |
-| --- | ---: | ---: |
-{metrics}
+{reasons}
 """)
 
 

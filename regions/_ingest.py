@@ -12,6 +12,11 @@ new file. The manifest is replaced atomically and last, so readers see either
 the previous ingest or the complete new one. H hashes the file's bytes and every
 setting that changes what is written; the same data and settings again are a
 no-op. Earlier ingests stay in the store: a study in flight keeps its shards.
+
+A region with ``shards = "auto"`` has its K chosen here, once its rows are
+read, by the ``choose`` the caller passes (the tasks layer's policy from the
+measured costs, ``hoptune.tasks.plan.choose_shards``): the manifest records K
+and the reason. The same data and settings again keep the K chosen then.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,7 +40,11 @@ from hoptune.regions._data import read_table
 from hoptune.regions._schema import RatingColumns, RegionConfig
 from hoptune.regions._shards import split_rows, validation_size
 
-__all__ = ["IngestResult", "ingest", "manifest_key", "read_manifest", "load_id_maps"]
+__all__ = ["IngestResult", "ShardChooser", "ingest", "manifest_key", "read_manifest",
+           "load_id_maps", "row_bytes"]
+
+#: ``choose(training rows, bytes a row takes in memory, the data's meta) -> (K, reason)``
+ShardChooser = Callable[[int, int, dict[str, Any]], tuple[int, str]]
 
 _LAYOUT = 1  # bump when the files written here change meaning
 
@@ -51,23 +61,32 @@ def manifest_key(region_name: str) -> str:
     return f"shards/{region_name}/manifest.json"
 
 
-def ingest(region: RegionConfig, store: Store) -> IngestResult:
-    """Validate, split and write ``region``'s data unless the same ingest is already there."""
+def ingest(region: RegionConfig, store: Store, choose: ShardChooser | None = None
+           ) -> IngestResult:
+    """Validate, split and write ``region``'s data unless the same ingest is already there.
+
+    With ``shards = "auto"``, ``choose`` picks K from the training rows (without it: one
+    shard per ``AUTO_ROWS_PER_SHARD`` rows, the rule from rows alone).
+    """
     digest = _fingerprint(region)
     current = _current_manifest(store, region.name)
     if current is not None and current.get("hash") == digest and _complete(store, current):
         return IngestResult(manifest=current, changed=False)
 
     table = read_table(region)
-    rows, shards = len(table), region.shards
-    if rows - validation_size(rows, region.validation_fraction) < shards:
-        raise DataError(
-            f"{display_path(region.data)}: {rows} data rows are too few for "
-            f"{shards} shards and a validation set"
-        )
-    split = split_rows(table, region.seed, region.validation_fraction, shards)
-    training = np.sort(np.concatenate(split.shards))
+    rows = len(table)
+    training_rows = rows - validation_size(rows, region.validation_fraction)
+    _check_rows(region, rows, training_rows, 1 if region.shards == "auto" else region.shards)
+    whole = split_rows(table, region.seed, region.validation_fraction, 1)
+    training = whole.shards[0]  # the training rows are the same whatever K is
     stored, meta, id_maps = _prepare(region, table, training)
+    if region.shards == "auto":
+        shards, reason = (choose or _rows_rule)(training_rows, row_bytes(region), meta)
+        _check_rows(region, rows, training_rows, shards)
+    else:
+        shards, reason = region.shards, "set in the configuration"
+    split = whole if shards == 1 else split_rows(table, region.seed,
+                                                 region.validation_fraction, shards)
 
     folder = f"shards/{region.name}/{digest}"
     files: dict[str, Any] = {
@@ -89,6 +108,7 @@ def ingest(region: RegionConfig, store: Store) -> IngestResult:
         "task": region.task,
         "columns": region.columns.model_dump(mode="json"),
         "shards": shards,
+        "shards_reason": reason,
         "rows": [len(p) for p in split.shards],
         "validation_rows": len(split.validation),
         "seed": region.seed,
@@ -117,6 +137,31 @@ def load_id_maps(store: Store, manifest: dict[str, Any]) -> dict[str, list[str]]
     if "ids" not in manifest["files"]:
         raise StoreError(f"region {manifest['region']!r}: task {manifest['task']!r} has no ids")
     return store.read_json(manifest["files"]["ids"])
+
+
+def _check_rows(region: RegionConfig, rows: int, training_rows: int, shards: int) -> None:
+    if training_rows < shards:
+        raise DataError(
+            f"{display_path(region.data)}: {rows} data rows are too few for "
+            f"{shards} shards and a validation set"
+        )
+
+
+AUTO_ROWS_PER_SHARD = 2_000_000  # the rule from rows alone (docs/operations/planning.md)
+
+
+def _rows_rule(rows: int, _row_bytes: int, _meta: dict[str, Any]) -> tuple[int, str]:
+    k = max(1, -(-rows // AUTO_ROWS_PER_SHARD))
+    return k, (f"auto: {rows} rows, one shard per {AUTO_ROWS_PER_SHARD:,} rows "
+               "(no recorded costs)")
+
+
+def row_bytes(region: RegionConfig) -> int:
+    """The bytes one stored row takes in memory: ids as int64, features and ratings float32,
+    a class label int64."""
+    if isinstance(region.columns, RatingColumns):
+        return 8 + 8 + 4
+    return 4 * len(region.columns.features) + (8 if region.task == "classification" else 4)
 
 
 def _fingerprint(region: RegionConfig) -> str:

@@ -45,7 +45,8 @@ __all__ = [
 ]
 
 EXPECT = {
-    **dict.fromkeys(("shards", "epochs", "batch_size", "trials", "parallel"), "an integer >= 1"),
+    "shards": "an integer >= 1 or 'auto'",
+    **dict.fromkeys(("epochs", "batch_size", "trials", "parallel"), "an integer >= 1"),
     "fuse": "an integer from 1 to 64",
     **dict.fromkeys(("seed", "max_redeliveries"), "an integer >= 0"),
     "min_epochs": "an integer >= 1",
@@ -211,7 +212,8 @@ Columns = Annotated[
 class Defaults(_Frozen):
     """What ``[defaults]`` may set and every region inherits (and may override)."""
 
-    shards: Count = 2
+    # an integer forces K; "auto" chooses it at ingest from the data and the measured costs
+    shards: Count | Literal["auto"] = "auto"
     epochs: Count = 3
     batch_size: Count = 256
     seed: Natural = 0

@@ -23,7 +23,7 @@ local workers' class) that already has a cost for the family is left alone.
 from __future__ import annotations
 
 from hoptune.core import Settings
-from hoptune.regions import Config, ingest
+from hoptune.regions import Config
 from hoptune.tasks.plan import recorded_observations
 from hoptune.tasks.worker import Runtime
 from hoptune.tuner import fit_costs
@@ -42,8 +42,9 @@ def calibrate(settings: Settings, config: Config, name: str, *,
     """Train the calibration study of region ``name``; its id, or None when this host class
     already has a fitted cost of the region's family (nothing to calibrate)."""
     from hoptune.tasks import app
-    from hoptune.tasks.cli._cluster import local_cluster
+    from hoptune.tasks.cli._cluster import default_workers, local_cluster
     from hoptune.tasks.cli._follow import follow, start_studies
+    from hoptune.tasks.plan import ingest_region
     from hoptune.tasks.study import check_region, create_study
     from hoptune.tasks.worker import host_class
 
@@ -54,8 +55,10 @@ def calibrate(settings: Settings, config: Config, name: str, *,
     if any(k.family == region.family and k.host == host
            for k in fit_costs(recorded_observations(rt.db))):
         return None
-    manifest = ingest(region, rt.store).manifest
-    with local_cluster(settings, {region.name: region.shards}, local_workers) as cluster:
+    workers = None if local_workers is None else local_workers or default_workers()
+    manifest = ingest_region(rt, region, workers).manifest
+    with local_cluster(settings, {region.name: int(manifest["shards"])},
+                       local_workers) as cluster:
         if cluster is not None:  # its own workers: record them warm, as a running cluster's
             cluster.wait_warm(rt.db)
         # tuned over the space as any study is (its first tune_step included), with no

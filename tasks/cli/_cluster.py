@@ -44,18 +44,11 @@ def default_workers(gpus: int | None = None) -> int:
 
 
 def assign_shards(shards: dict[str, int], workers: int) -> list[list[tuple[str, int]]]:
-    """Deal every (region, shard) to ``workers`` workers in turn, region by region.
+    """The (region, shard) pairs each local worker owns: the planner's placement rule
+    (``hoptune.tasks.plan.worker_shards``), so a plan simulates the cluster it starts."""
+    from hoptune.tasks.plan import worker_shards
 
-    Shard k of every region goes to worker k mod N, so each region's hops spread
-    over all workers.
-    """
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    out: list[list[tuple[str, int]]] = [[] for _ in range(workers)]
-    for region in sorted(shards):
-        for k in range(shards[region]):
-            out[k % workers].append((region, k))
-    return out
+    return worker_shards(shards, workers)
 
 
 def worker_command(owned: list[tuple[str, int]], name: str, loglevel: str = "WARNING",

@@ -60,9 +60,8 @@ def run_demo(settings: Settings, *, workers: int = 0, trials: int = 8, epochs: i
     configuration's. Ends with the device each worker trained on, each region's
     champion, where the configuration and the home are, and what to run next.
     """
-    from hoptune.core import Store
-    from hoptune.regions import ingest, load_config, write_demo
-    from hoptune.tasks.cli._cluster import local_cluster
+    from hoptune.regions import load_config, write_demo
+    from hoptune.tasks.cli._cluster import default_workers, local_cluster
     from hoptune.tasks.cli._follow import (
         TABLE_METRICS,
         follow,
@@ -71,19 +70,19 @@ def run_demo(settings: Settings, *, workers: int = 0, trials: int = 8, epochs: i
         start_studies,
         study_table,
     )
+    from hoptune.tasks.plan import ingest_region
     from hoptune.tasks.study import create_study
     from hoptune.tasks.worker import Runtime, describe_workers
 
     started = time.monotonic()
     config = load_config(write_demo(settings.demo_config.parent))
-    store = Store(settings.store_url)
+    rt = Runtime(settings, worker="demo")
     manifests = {}
     for region in config.regions.values():
-        manifests[region.name] = ingest(region, store).manifest
+        manifests[region.name] = ingest_region(rt, region, workers or default_workers()).manifest
     from hoptune.tasks import app
 
-    rt = Runtime(settings, worker="demo")
-    with local_cluster(settings, {r.name: r.shards for r in config.regions.values()}, workers):
+    with local_cluster(settings, {n: int(m["shards"]) for n, m in manifests.items()}, workers):
         configs = (DEMO_CONFIGS * (trials // len(DEMO_CONFIGS) + 1))[:trials] if fixed else None
         study_ids = [
             create_study(rt, region.model_copy(update={"epochs": epochs}),

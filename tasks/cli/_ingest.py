@@ -24,19 +24,27 @@ def run(args: argparse.Namespace) -> int:
     """Ingest the regions named (default: all), one line each."""
     from hoptune.core import Store
     from hoptune.regions import ingest
+    from hoptune.tasks.plan import shard_chooser
     from hoptune.tasks.study import check_region
+    from hoptune.tasks.worker import Runtime
 
     config = read_config(args)
-    store = Store(Settings.from_env().store_url)
+    settings = Settings.from_env()
+    store = Store(settings.store_url)
     names = args.regions
     regions = [config.region(n) for n in names] if names else list(config.regions.values())
     for region in regions:  # every region named is checked before any data is read
         check_region(config, region, tuned=False)
     for region in regions:
-        result = ingest(region, store)
+        # "auto": the study database (the recorded costs) is opened once the data is valid
+        chooser = shard_chooser(lambda: Runtime(settings, worker="cli"), region)
+        result = ingest(region, store, chooser if region.shards == "auto" else None)
         rows = sum(result.manifest["rows"])
         state = "ingested" if result.changed else "unchanged"
         print(f"{region.name}: {state}, {rows} training rows in {len(result.manifest['rows'])} "
               f"shards, {result.manifest['validation_rows']} validation rows "
               f"(hash {result.manifest['hash'][:12]})")
+        if region.shards == "auto":
+            print(f"{region.name}: shards: {result.manifest['shards']} "
+                  f"({result.manifest.get('shards_reason', 'chosen before this version')})")
     return 0

@@ -12,10 +12,14 @@ import argparse
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from hoptune.core import ConfigError, Settings
 from hoptune.tasks.cli._args import positive, positive_float, read_config
 from hoptune.tasks.cli._db import require_schema
+
+if TYPE_CHECKING:
+    from hoptune.regions import Config
 
 __all__ = ["add_arguments", "run"]
 
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     require_schema(settings)
     try:
-        shards = {r.name: r.shards for r in read_config(args).regions.values()}
+        shards = _known(settings, read_config(args))
     except ConfigError:
         if args.config:  # a config named on the command line must be right
             raise
@@ -50,3 +54,13 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(1.0)
     finally:
         stop()
+
+
+def _known(settings: Settings, config: Config) -> dict[str, int]:
+    """The K of each region whose K is known: forced, its running study's or its data's."""
+    from hoptune.tasks.plan import known_shards
+    from hoptune.tasks.worker import Runtime
+
+    rt = Runtime(settings, worker="cli")
+    known = {r.name: known_shards(rt, r) for r in config.regions.values()}
+    return {name: k for name, k in known.items() if k is not None}

@@ -30,9 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start the nightly run, follow it and print each region's outcome."""
     from hoptune.tasks import app, send
-    from hoptune.tasks.cli._cluster import local_cluster
+    from hoptune.tasks.cli._cluster import default_workers, local_cluster
     from hoptune.tasks.cli._follow import POLL, follow, format_table
-    from hoptune.tasks.plan import log_nightly_plan
+    from hoptune.tasks.plan import ingest_region, local_shards, log_nightly_plan
     from hoptune.tasks.study import start_nightly
     from hoptune.tasks.worker import Runtime
     from hoptune.tuner import NightlyRecords
@@ -41,9 +41,13 @@ def run(args: argparse.Namespace) -> int:
     config = read_config(args)
     rt = Runtime(settings, worker="cli")
     names = args.regions or list(config.regions)
-    shards = {n: config.region(n).shards for n in names}
+    shards = {}
+    if args.local_workers is not None:  # "auto" regions ingested now: their K is known
+        count = args.local_workers or default_workers()
+        shards = {n: local_shards(rt, config.region(n), count) for n in names}
     with local_cluster(settings, shards, args.local_workers):
-        run_id, dispatches = start_nightly(rt, config, args.regions, trigger="cli")
+        run_id, dispatches = start_nightly(rt, config, args.regions, trigger="cli",
+                                           ingested=ingest_region)
         send(dispatches, app)
         print(f"nightly run {run_id}: {len(dispatches)} studies started", flush=True)
         log_nightly_plan(rt, config, run_id)

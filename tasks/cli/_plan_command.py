@@ -58,7 +58,13 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from hoptune.core import parse_duration
-    from hoptune.tasks.plan import Planner, format_plan, workers_for
+    from hoptune.tasks.plan import (
+        Planner,
+        current_manifest,
+        format_plan,
+        shard_line,
+        workers_for,
+    )
     from hoptune.tasks.worker import Runtime
 
     deadline = parse_duration(args.deadline, "--deadline") if args.deadline else None
@@ -77,11 +83,13 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr if args.json else sys.stdout)
         if args.workers is None and args.deadline is None:
             return 0
-    planner = Planner(Runtime(Settings.from_env(), worker="cli"), config, names,
-                      host=args.host_class)
+    rt = Runtime(Settings.from_env(), worker="cli")
+    planner = Planner(rt, config, names, host=args.host_class)
     result = workers_for(planner, deadline) if deadline else planner.plan(args.workers)
     if args.json:
         print(json.dumps({**result.as_dict(), "regions": names, "deadline_seconds": deadline}))
     else:
         print(format_plan(result, deadline))
+        for name in names:  # each region's K as its data was last ingested, and why
+            print(f"  {name}: {shard_line(current_manifest(rt, name))}")
     return 0

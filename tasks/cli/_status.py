@@ -42,6 +42,11 @@ def run(args: argparse.Namespace) -> int:
                               "pruned", "failed", "best_trial", "metric", "epoch", "params"]))
     print("best_trial: the study's best trial so far; metric: its validation metric at its "
           "selected epoch (epoch, numbered from 1), as the report and the registry show it")
+    from hoptune.tasks.plan import shard_line
+
+    latest = {s.region: s for s in db.studies() if not args.regions or s.region in args.regions}
+    for name, study in sorted(latest.items()):  # each region's latest study's shards
+        print(f"{name}: {shard_line(study.manifest)}")
     _print_workers()
     nightly = _nightly_rows(db, args.regions)
     if nightly:

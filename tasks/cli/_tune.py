@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
 def open_study(rt: Runtime, config: Config, region: RegionConfig, *, trials: int | None = None,
                parallel: int | None = None) -> tuple[int, bool]:
     """The region's running study (resumed), or a new one warm-started from the last."""
-    from hoptune.regions import display_path, ingest
+    from hoptune.regions import display_path
+    from hoptune.tasks.plan import ingest_region
     from hoptune.tasks.study import check_region, create_study
 
     running = rt.db.latest_study(region.name, state="running")
@@ -53,7 +54,7 @@ def open_study(rt: Runtime, config: Config, region: RegionConfig, *, trials: int
     # a bad configuration stops here, before the store or the database is touched
     check_region(config, region, tuned=True)
     where = f"{display_path(config.path)}: regions.{region.name}.space"
-    manifest = ingest(region, rt.store).manifest
+    manifest = ingest_region(rt, region).manifest
     parent = rt.db.latest_study(region.name, state="done")
     try:
         study_id = create_study(rt, region, manifest=manifest, trials=trials, parallel=parallel,
@@ -81,14 +82,21 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
     region = config.region(name)
     check_region(config, region, tuned=True)
     from hoptune.tasks import app, send
-    from hoptune.tasks.cli._cluster import local_cluster
+    from hoptune.tasks.cli._cluster import default_workers, local_cluster
     from hoptune.tasks.cli._follow import follow, outcome
+    from hoptune.tasks.plan import local_shards
     from hoptune.tasks.study import sweep
-    from hoptune.tasks.worker import Runtime
+    from hoptune.tasks.worker import Runtime, region_of
 
-    with local_cluster(settings, {region.name: region.shards}, local_workers,
-                       wait=False) as cluster:
-        rt = Runtime(settings, worker="cli")
+    if local_workers is not None:
+        from hoptune.tasks.cli._cluster import stop_seconds
+
+        stop_seconds()  # a bad bound stops here, before the study database is touched
+    rt = Runtime(settings, worker="cli")
+    shards = {}
+    if local_workers is not None:  # "auto": the K of the running study or of the data now
+        shards = {region.name: local_shards(rt, region, local_workers or default_workers())}
+    with local_cluster(settings, shards, local_workers, wait=False) as cluster:
         study_id, resumed = open_study(rt, config, region, trials=trials, parallel=parallel)
         study = rt.db.study(study_id)
         # resuming: send again every hop of the study that waits (a live worker's hop is
@@ -105,7 +113,7 @@ def tune_region(settings: Settings, config: Config, name: str, *, trials: int | 
         if cluster is not None:
             cluster.wait_ready(app)  # a worker that cannot start is an error, not a stall
         else:
-            warn_unowned(rt, region)
+            warn_unowned(rt, region_of(study))
         if detach:
             print(f"study {study_id} runs in the workers; `hoptune status` shows it")
             return 0

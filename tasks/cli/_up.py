@@ -11,10 +11,14 @@ import argparse
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from hoptune.core import Settings
 from hoptune.tasks.cli._args import WORKERS_HELP, positive, read_config
 from hoptune.tasks.cli._db import require_schema
+
+if TYPE_CHECKING:
+    from hoptune.regions import Config
 
 __all__ = ["add_arguments", "run"]
 
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     config = read_config(args)
     require_schema(settings)
-    shards = {r.name: r.shards for r in config.regions.values()}
+    shards = _shards(settings, config, args.workers)
     # SIGTERM (a service manager, `kill`) stops the workers and Redis like Ctrl-C does; and
     # Ctrl-C stops it however it was started (a shell's background job inherits SIGINT
     # ignored, and Python then leaves it ignored)
@@ -61,3 +65,19 @@ def run(args: argparse.Namespace) -> int:
                 stop_metrics()
     print("hoptune: a worker exited; stopping", file=sys.stderr)
     return 1
+
+
+def _shards(settings: Settings, config: Config, workers: int) -> dict[str, int]:
+    """Each region's K: forced, its running study's, its data's as ingested; a region with
+    ``shards = "auto"`` never ingested is ingested now for these workers."""
+    from hoptune.tasks.cli._cluster import default_workers
+    from hoptune.tasks.plan import known_shards, local_shards
+    from hoptune.tasks.worker import Runtime
+
+    rt = Runtime(settings, worker="cli")
+    out = {}
+    for region in config.regions.values():
+        known = known_shards(rt, region)
+        out[region.name] = (known if known is not None
+                            else local_shards(rt, region, workers or default_workers()))
+    return out

@@ -59,7 +59,8 @@ from hoptune.tasks import hop
 from hoptune.tasks.hop import trial_seed
 from hoptune.tuner import AshaPruner, HopCost
 
-__all__ = ["SimResult", "SimStudy", "assign_shards", "hop_seconds_from", "simulate"]
+__all__ = ["SimResult", "SimStudy", "assign_shards", "hop_seconds_from", "simulate",
+           "worker_shards"]
 
 
 def hop_seconds_from(cost: HopCost, batch_size: float, parameters: float, scale: float = 1.0
@@ -112,18 +113,38 @@ class SimResult:
     trials: dict[str, dict[str, int]] = field(default_factory=dict)  # per region: by outcome
 
 
-def assign_shards(shards: dict[str, int], workers: int) -> dict[tuple[str, int], list[str]]:
-    """Owners of each (region, shard): round robin over the workers, every worker busy.
+def worker_shards(shards: dict[str, int], workers: int) -> list[list[tuple[str, int]]]:
+    """The (region, shard) pairs each of ``workers`` workers owns: the one placement rule of
+    local clusters (``hoptune up``, ``tune --local-workers``, the demo) and of the planner.
 
-    With more workers than shards, the extra workers replicate shards in turn.
+    A region with at least as many shards as workers: shard k to worker k mod N, so its hops
+    spread over every worker. A region with fewer shards than workers: worker i holds shard
+    i mod K, a replica where K < N, so every worker holds one shard of every region and none
+    is idle; with one shard (``shards = "auto"``'s task parallelism) every worker holds it.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    slots = [(r, k) for r, n in shards.items() for k in range(n)]
-    owners: dict[tuple[str, int], list[str]] = {s: [] for s in slots}
-    for i in range(max(workers, len(slots))):
-        owners[slots[i % len(slots)]].append(f"w{i % workers}")
-    return {s: sorted(set(o)) for s, o in owners.items()}
+    out: list[list[tuple[str, int]]] = [[] for _ in range(workers)]
+    for region in sorted(shards):
+        k = shards[region]
+        if k >= workers:
+            for shard in range(k):
+                out[shard % workers].append((region, shard))
+        else:
+            for i in range(workers):
+                out[i].append((region, i % k))
+    return out
+
+
+def assign_shards(shards: dict[str, int], workers: int) -> dict[tuple[str, int], list[str]]:
+    """Owners of each (region, shard), named ``w0``, ``w1``, …, as ``worker_shards`` places
+    them."""
+    owners: dict[tuple[str, int], list[str]] = {
+        (r, k): [] for r, n in shards.items() for k in range(n)}
+    for i, owned in enumerate(worker_shards(shards, workers)):
+        for slot in owned:
+            owners[slot].append(f"w{i}")
+    return owners
 
 
 @dataclass

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from hoptune.core import HoptuneError, StudyError
 from hoptune.regions import Config
@@ -25,16 +26,23 @@ from hoptune.tasks.study._validate import check_region
 from hoptune.tasks.worker import Dispatch, Runtime, tune_step_dispatch
 from hoptune.tuner import Locks, NightlyRecords, StudyRow
 
+if TYPE_CHECKING:
+    from hoptune.regions import IngestResult, RegionConfig
+
 __all__ = ["start_nightly", "after_promotion"]
 
 log = logging.getLogger(__name__)
 
 def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *,
-                  trigger: str = "cli") -> tuple[int, list[Dispatch]]:
+                  trigger: str = "cli",
+                  ingested: Callable[[Runtime, RegionConfig], IngestResult] | None = None
+                  ) -> tuple[int, list[Dispatch]]:
     """Start a nightly run over ``names`` (default: every region); refuse if one is going.
 
     Returns the run's id and the messages that set its studies going; the
-    caller sends them, then logs the plan (``log_nightly_plan``).
+    caller sends them, then logs the plan (``log_nightly_plan``). ``ingested``
+    ingests a region (default ``ingest``; the CLI passes ``ingest_region``, which
+    resolves ``shards = "auto"`` from the measured costs).
     """
     from hoptune.regions import ingest
     from hoptune.tasks.study._study import create_study
@@ -65,7 +73,7 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
             running = rt.db.latest_study(region.name, state="running")
             if running is not None:
                 raise StudyError(f"study {running.id} of {region.name} is still running")
-            result = ingest(region, rt.store)
+            result = ingest(region, rt.store) if ingested is None else ingested(rt, region)
             parent = rt.db.latest_study(region.name, state="done")
             study_id = create_study(rt, region, manifest=result.manifest,
                                     parent_id=parent.id if parent else None,

@@ -28,6 +28,8 @@ def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
     their number; otherwise ``tune_step`` proposes trials over the space.
     ``where`` names the space in errors (default ``regions.NAME.space``).
     """
+    if region.shards == "auto":  # the study keeps the K its data was sharded into
+        region = region.model_copy(update={"shards": int(manifest["shards"])})
     family = get_family(region)
     where = where or f"regions.{region.name}.space"
     space = None if configs is not None else parse_space(region.space, where).to_json()

@@ -77,7 +77,8 @@ def test_built_in_defaults_apply_without_a_defaults_table(write_config):
     assert region.task == "rating"
     assert region.columns == RatingColumns(user="user_id", item="item_id", rating="rating")
     # no seed anywhere: the region's own, from its name (``region_seed``)
-    assert (region.shards, region.epochs, region.seed, region.trials) == (2, 3, 1546268866, 16)
+    assert (region.shards, region.epochs, region.seed, region.trials) == (
+        "auto", 3, 1546268866, 16)
     assert region.params == {} and region.space == {}
 
 
@@ -152,7 +153,7 @@ BAD = [
     (
         "shards = 2\n[regions.north.params]",
         "shards = 0\n[regions.north.params]",
-        "regions.north.shards: must be an integer >= 1, got 0",
+        "regions.north.shards: must be an integer >= 1 or 'auto', got 0",
     ),
     (
         "shards = 2\n[regions.north.params]",
@@ -365,7 +366,7 @@ def test_file_outside_the_working_folder_is_named_in_full(tmp_path_factory, work
     with pytest.raises(ConfigError) as caught:
         load_config(elsewhere)
     assert str(caught.value) == (
-        f"{elsewhere}: regions.north.shards: must be an integer >= 1, got -1"
+        f"{elsewhere}: regions.north.shards: must be an integer >= 1 or 'auto', got -1"
     )
 
 

@@ -10,6 +10,7 @@ from hoptune.regions import ingest, load_id_maps, load_shard, load_validation, r
 MANIFEST_KEYS = {
     "region",
     "hash",
+    "shards_reason",
     "source",
     "format",
     "task",

@@ -122,7 +122,7 @@ def _break_row(csv: Path, row: int, value: str) -> None:
         (lambda p: (p / "data/north.csv").unlink(),
          "data/north.csv: no such file"),
         (lambda p: (p / "hoptune.toml").write_text(CONFIG.replace("shards = 2", "shards = 0")),
-         "hoptune.toml: defaults.shards: must be an integer >= 1, got 0"),
+         "hoptune.toml: defaults.shards: must be an integer >= 1 or 'auto', got 0"),
     ],
     ids=["out-of-range", "empty-cell", "wrong-type", "missing-column", "empty-region",
          "missing-file", "bad-config"],

@@ -8,7 +8,13 @@ import pytest
 
 from hoptune import tuner
 from hoptune.tasks.hop import _visit_order
-from hoptune.tasks.plan._simulate import SimStudy, assign_shards, hop_seconds_from, simulate
+from hoptune.tasks.plan._simulate import (
+    SimStudy,
+    assign_shards,
+    hop_seconds_from,
+    simulate,
+    worker_shards,
+)
 from hoptune.tasks.study import _workflow
 from hoptune.tuner import AshaPruner, CostKey, HopCost
 
@@ -65,9 +71,13 @@ def test_a_pruned_trial_stops_at_its_rung() -> None:
 
 
 def test_shards_are_owned_round_robin_and_spare_workers_replicate() -> None:
+    # a region of one shard (task parallelism) is held by every worker, not by the first
     assert assign_shards({"a": 2, "b": 1}, 2) == {("a", 0): ["w0"], ("a", 1): ["w1"],
-                                                  ("b", 0): ["w0"]}
+                                                  ("b", 0): ["w0", "w1"]}
     assert assign_shards({"a": 2}, 3) == {("a", 0): ["w0", "w2"], ("a", 1): ["w1"]}
+    assert assign_shards({"a": 3}, 2) == {("a", 0): ["w0"], ("a", 1): ["w1"], ("a", 2): ["w0"]}
+    # local clusters place shards by the same rule, per worker
+    assert worker_shards({"a": 2, "b": 1}, 2) == [[("a", 0), ("b", 0)], [("a", 1), ("b", 0)]]
 
 
 def test_hops_last_as_the_fitted_cost_says() -> None:
