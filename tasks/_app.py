@@ -14,6 +14,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 
 from hoptune.tasks.study import sweep
 from hoptune.tasks.worker import (
+    AMQP,
     TRANSIENT,
     BadMessage,
     Dispatch,
@@ -23,7 +24,7 @@ from hoptune.tasks.worker import (
     parse_hop,
     parse_shard_spec,
     publish_worker_info,
-    push_dead_letter,
+    record_dead_letter,
     runtime,
 )
 
@@ -41,7 +42,7 @@ _TRAINING_MODULES = ("hoptune.tasks.hop._hop", "hoptune.tasks.hop._cohort_hop",
 
 log = logging.getLogger(__name__)
 
-app = Celery("hoptune")
+app = Celery("hoptune", amqp=AMQP)
 app.config_from_object("hoptune.tasks.celeryconfig")
 app.steps["worker"].add(WorkerInfoStep)
 
@@ -151,10 +152,11 @@ def _unknown_study(task: Task, study: int) -> bool:
 
 
 def set_aside(celery_app: Celery, queue: str, reason: str, body: str) -> None:
-    """Log a message no worker may act on, once, and keep it in the dead-letter list."""
+    """Log a message no worker may act on, once, and keep it in the dead letters (the Redis
+    list, or RabbitMQ's dead-letter queue through its dead-letter exchange)."""
     log.error("message on queue %s set aside: %s", queue, reason)
     with celery_app.connection_for_write() as conn:
-        push_dead_letter(conn.default_channel.client, queue, reason, body)
+        record_dead_letter(conn, queue, reason, body)
 
 
 @app.task(name="hoptune.tune_step", bind=True, acks_late=True, autoretry_for=TRANSIENT,

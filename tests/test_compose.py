@@ -35,13 +35,26 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 
 ENV_EXAMPLE = read_env_file(ROOT / ".env.example")
-# What a user's .env holds: the example, with its empty values (the secrets) filled in.
-ENV = {name: value or f"{name.lower()}-value" for name, value in ENV_EXAMPLE.items()}
+#: Compose's own variables in .env (not referenced by the file)
+COMPOSE_OWN = {"COMPOSE_PROFILES"}
 
 
-def interpolate(text: str, env: dict[str, str] = ENV) -> str:
+def user_env(**choices: str) -> dict[str, str]:
+    """What a user's .env holds: the example, with its empty values (the secrets) filled in,
+    ``choices`` set, and each value interpolated with those before it, as Compose reads .env."""
+    out: dict[str, str] = {}
+    for name, value in {**ENV_EXAMPLE, **choices}.items():
+        if not value and name not in COMPOSE_OWN:
+            value = f"{name.lower()}-value"
+        out[name] = interpolate(value, out)
+    return out
+
+
+def interpolate(text: str, env: dict[str, str] | None = None) -> str:
     """Compose's ``$$``, ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR:?error}`` (and the
     forms without ':', which test only whether VAR is set)."""
+
+    env = ENV if env is None else env
 
     def value(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
@@ -71,6 +84,14 @@ def references(node: Any) -> set[str]:
     return set()
 
 
+ENV = user_env()
+#: The alternatives .env.example describes: RabbitMQ as the broker, the store on MinIO.
+ALTERNATIVE = user_env(
+    COMPOSE_PROFILES="rabbitmq,s3",
+    HOPTUNE_BROKER_URL="amqp://hoptune:${RABBITMQ_PASSWORD}@rabbitmq:5672/hoptune",
+    HOPTUNE_STORE_URL="s3://${HOPTUNE_BUCKET}/store")
+
+
 def words(command: str | list[str]) -> list[str]:
     """A command's words before interpolation: a list as is, a string split like a shell."""
     return shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
@@ -81,11 +102,12 @@ def argv(command: str | list[str]) -> list[str]:
     return [interpolate(w) for w in words(command)]
 
 
-def environment(service: dict[str, Any]) -> dict[str, str]:
+def environment(service: dict[str, Any], env_file: dict[str, str] | None = None
+                ) -> dict[str, str]:
     env = service.get("environment") or {}
     if isinstance(env, list):
         env = dict(item.partition("=")[::2] for item in env)
-    return {k: interpolate(str(v)) for k, v in env.items()}
+    return {k: interpolate(str(v), env_file) for k, v in env.items()}
 
 
 def mounts(service: dict[str, Any]) -> dict[str, tuple[str, bool]]:
@@ -119,7 +141,79 @@ def seconds(duration: str) -> float:
 
 
 def test_env_example_lists_exactly_the_variables_of_the_compose_file() -> None:
-    assert references(COMPOSE) == set(ENV_EXAMPLE)
+    assert references(COMPOSE) == set(ENV_EXAMPLE) - COMPOSE_OWN
+
+
+def test_the_file_follows_the_compose_specification() -> None:
+    """Against the Compose Specification's JSON schema (tests/compose-spec.json, from
+    github.com/compose-spec/compose-spec, schema/compose-spec.json)."""
+    import json
+
+    from jsonschema import Draft7Validator
+
+    schema = json.loads((ROOT / "tests" / "compose-spec.json").read_text())
+    errors = sorted(Draft7Validator(schema).iter_errors(COMPOSE), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors)
+
+
+def _profiles(env: dict[str, str]) -> set[str]:
+    return {p.strip() for p in env.get("COMPOSE_PROFILES", "").split(",") if p.strip()}
+
+
+def _started(env: dict[str, str]) -> set[str]:
+    """The services `docker compose up` starts with ``env`` as .env."""
+    return {n for n, s in SERVICES.items() if not s.get("profiles")
+            or set(s["profiles"]) & _profiles(env)}
+
+
+@pytest.mark.parametrize("env", [ENV, ALTERNATIVE], ids=["redis-volume", "rabbitmq-s3"])
+def test_the_broker_and_store_chosen_in_env_are_services_of_the_file(env: dict[str, str]
+                                                                     ) -> None:
+    started = _started(env)
+    for name in HOPTUNE:
+        service = SERVICES[name]
+        if set(service.get("profiles", [])) - {"ingest"}:
+            continue
+        values = environment(service, env)
+        broker = urlsplit(values["HOPTUNE_BROKER_URL"])
+        assert broker.hostname in started, f"{name}: no service {broker.hostname} starts"
+        depends = service["depends_on"]
+        assert broker.hostname in depends, name
+        assert depends[broker.hostname]["condition"] == "service_healthy", name
+        # a dependency whose profile is off is skipped, not an error
+        for other, how in depends.items():
+            assert other in started or how.get("required") is False, (name, other)
+        if broker.scheme == "amqp":
+            rabbit = environment(SERVICES["rabbitmq"], env)
+            assert broker.username == rabbit["RABBITMQ_DEFAULT_USER"]
+            assert broker.password == rabbit["RABBITMQ_DEFAULT_PASS"] == env["RABBITMQ_PASSWORD"]
+            assert broker.path == "/" + rabbit["RABBITMQ_DEFAULT_VHOST"]
+            assert broker.port == 5672
+        else:
+            assert (broker.scheme, broker.port) == ("redis", 6379), name
+            assert broker.password == env["REDIS_PASSWORD"], name
+        store = values["HOPTUNE_STORE_URL"]
+        if store.startswith("s3://") and name in by_command("worker") + by_command("beat"):
+            bucket = urlsplit(store).hostname
+            minio = environment(SERVICES["minio"], env)
+            assert values["AWS_ACCESS_KEY_ID"] == minio["MINIO_ROOT_USER"], name
+            assert values["AWS_SECRET_ACCESS_KEY"] == minio["MINIO_ROOT_PASSWORD"], name
+            assert urlsplit(values["AWS_ENDPOINT_URL"]).hostname == "minio", name
+            assert {"minio", "minio-bucket"} <= started
+            maker = SERVICES["minio-bucket"]
+            assert depends["minio-bucket"]["condition"] == "service_completed_successfully"
+            # minio-bucket's `mc mb` creates exactly that bucket on that server
+            command = [interpolate(w, env) for w in words(maker["command"])]
+            alias, _, made = command[-1].partition("/")
+            assert command[:2] == ["mb", "--ignore-existing"] and made == bucket
+            server = urlsplit(environment(maker, env)[f"MC_HOST_{alias}"])
+            assert (server.hostname, server.port) == ("minio", 9000)
+            assert (server.username, server.password) == (minio["MINIO_ROOT_USER"],
+                                                          minio["MINIO_ROOT_PASSWORD"])
+        elif not store.startswith("s3://"):
+            assert store in mounts(service), name
+    if "amqp" in env["HOPTUNE_BROKER_URL"]:
+        assert "rabbitmq" in started
 
 
 def test_redis_persists_its_queues_and_requires_a_password() -> None:
@@ -161,15 +255,15 @@ def test_every_hoptune_service_shares_broker_database_store_config_and_timeout()
     for name in HOPTUNE:
         service = SERVICES[name]
         env = environment(service)
-        broker = urlsplit(env["HOPTUNE_BROKER_URL"])
-        assert (broker.scheme, broker.hostname, broker.port) == ("redis", "redis", 6379), name
-        assert broker.password == ENV["REDIS_PASSWORD"], name
+        assert env["HOPTUNE_BROKER_URL"] == ENV["HOPTUNE_BROKER_URL"], name  # one, from .env
         database = urlsplit(env["HOPTUNE_DATABASE_URL"])
         assert database.scheme.startswith("postgresql") and database.hostname == "postgres"
         assert database.username == postgres["POSTGRES_USER"], name
         assert database.password == postgres["POSTGRES_PASSWORD"], name
         assert database.path == "/" + postgres["POSTGRES_DB"], name
-        assert {"redis", "postgres"} >= set(service["depends_on"]) >= {"redis"}, name
+        assert set(service["depends_on"]) >= {"redis"}, name
+        assert {"redis", "postgres"} >= {n for n, how in service["depends_on"].items()
+                                         if how.get("required", True)}, name
 
         volumes = mounts(service)
         store = env["HOPTUNE_STORE_URL"]
@@ -274,4 +368,6 @@ def test_every_hoptune_and_celery_command_parses(where: str, command: list[str],
             pytest.fail(f"{where}: `{shown}`: {exc.format_message()}")
         assert find_app(context.params["app"]) is app, f"{where}: -A must name hoptune's app"
     else:
-        assert command[0] in ("redis-server", "pg_isready", "python"), f"{where}: `{shown}`"
+        # the broker's and the object store's own images (mb: minio/mc's entrypoint is mc)
+        assert command[0] in ("redis-server", "pg_isready", "python", "rabbitmq-diagnostics",
+                              "minio", "mc", "mb"), f"{where}: `{shown}`"

@@ -15,6 +15,7 @@ from hoptune.tasks.worker._runtime import parse_shard_spec
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = list(yaml.safe_load_all((ROOT / "deploy" / "keda-workers.yaml").read_text()))
 BY_KIND = {(d["kind"], d["metadata"]["name"]): d for d in DOCS}
+RABBITMQ = list(yaml.safe_load_all((ROOT / "deploy" / "keda-workers-rabbitmq.yaml").read_text()))
 
 
 def _worker() -> tuple[dict, list[str]]:
@@ -55,6 +56,36 @@ def test_the_scaled_object_scales_that_deployment_by_its_own_shard_queue(tmp_pat
         metrics.add(metric)
     # the queue's age, and the planner's workers wanted for the deadline
     assert metrics == {"hoptune_queue_oldest_seconds", "hoptune_shard_workers_wanted"}
+
+
+def test_the_rabbitmq_scaled_object_scales_the_same_deployment_by_its_quorum_queue(
+        tmp_path: Path) -> None:
+    """The RabbitMQ alternative: the same Deployment, its shard's queue read over AMQP."""
+    deployment, command = _worker()
+    (scaled,) = [d for d in RABBITMQ if d["kind"] == "ScaledObject"]
+    redis_scaled = BY_KIND[("ScaledObject", deployment["metadata"]["name"])]
+    assert scaled["metadata"]["name"] == redis_scaled["metadata"]["name"]  # one replaces one
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert scaled["spec"]["minReplicaCount"] >= 1
+    shards = parse_shard_spec(build_parser().parse_args(command[1:]).shards)
+    queues = {hop_queue(region, shard) for region, shard in shards}
+    triggers = scaled["spec"]["triggers"]
+    (rabbit,) = [t for t in triggers if t["type"] == "rabbitmq"]
+    assert rabbit["metadata"]["queueName"] in queues
+    assert rabbit["metadata"]["protocol"] == "amqp"  # a passive declare: no management API
+    assert rabbit["metadata"]["mode"] == "QueueLength" and int(rabbit["metadata"]["value"]) > 0
+    (auth,) = [d for d in RABBITMQ if d["kind"] == "TriggerAuthentication"]
+    assert auth["metadata"]["name"] == rabbit["authenticationRef"]["name"]
+    assert {(r["parameter"], r["key"]) for r in auth["spec"]["secretTargetRef"]} == {
+        ("host", "broker-url")}  # the URL the workers use (the Deployment's broker-url)
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "HOPTUNE_BROKER_URL",
+            "valueFrom": {"secretKeyRef": {"name": "hoptune", "key": "broker-url"}}} in env
+    exported = _exported(tmp_path)
+    for trigger in [t for t in triggers if t["type"] == "prometheus"]:
+        metric = re.fullmatch(r'max\((\w+)\{queue="[^"]+"\}\)',
+                              trigger["metadata"]["query"]).group(1)
+        assert metric in exported
 
 
 def _exported(folder: Path) -> set[str]:

@@ -130,8 +130,16 @@ def broker(settings: Settings) -> dict[str, Any]:
         url = settings.broker_url
         out = {"url": mask_url(url), "embedded": False}
     try:
-        info = redis_client(url, 2.0).info("server")
-        out.update(ok=True, answers=True, redis_server=info.get("redis_version"))
+        if url.split("://", 1)[0] in ("amqp", "amqps", "pyamqp"):  # RabbitMQ
+            from kombu import Connection
+
+            with Connection(url, connect_timeout=2.0) as conn:
+                conn.ensure_connection(max_retries=1, timeout=2.0)
+                server = conn.connection.server_properties.get("version")
+            out.update(ok=True, answers=True, rabbitmq_server=server)
+        else:
+            info = redis_client(url, 2.0).info("server")
+            out.update(ok=True, answers=True, redis_server=info.get("redis_version"))
     except Exception as exc:  # noqa: BLE001 - any failure to answer is the finding
         out.update(answers=False, error=_first_line(exc, settings.broker_url))
         # the embedded broker is started by `hoptune up`/`demo`; a cluster's must answer
@@ -276,6 +284,8 @@ def render(report: dict[str, Any]) -> str:
             detail.append("answers" if part["answers"] else "does not answer")
             if part.get("redis_server"):
                 detail.append(f"Redis {part['redis_server']}")
+            if part.get("rabbitmq_server"):
+                detail.append(f"RabbitMQ {part['rabbitmq_server']}")
         elif name == "database" and part.get("answers") is not None:
             detail.append("answers" if part["answers"] else "does not answer")
             if part.get("schema"):

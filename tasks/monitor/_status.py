@@ -72,10 +72,22 @@ def health_sections(db: StudyDB, settings: Settings, regions: list[str]
 
 
 def _dead_letters(settings: Settings) -> int:
-    """How many messages wait in the dead-letter list (0 when no broker answers)."""
-    from hoptune.tasks.worker import DEAD_LETTERS, ping, redis_client, socket_url
+    """How many messages wait in the dead letters (0 when no broker answers)."""
+    from hoptune.tasks.worker import (
+        DEAD_LETTERS,
+        count_dead_letters,
+        is_amqp,
+        ping,
+        redis_client,
+        socket_url,
+    )
 
     url = settings.broker_url or socket_url(settings.embedded_socket)
     if not ping(url, 0.5):
         return 0
+    if is_amqp(url):  # RabbitMQ's dead-letter queue, counted by a passive declare
+        from kombu import Connection
+
+        with Connection(url, connect_timeout=2.0) as conn:
+            return count_dead_letters(conn)
     return int(redis_client(url, 1.0).llen(DEAD_LETTERS))

@@ -1,8 +1,8 @@
 """The worker process: what it holds and how it talks.
 
 Its runtime (store, study database, device, shard cache), the device it trains
-on, liveness by heartbeat, the messages and their Redis transport, the
-dead-letter list, which failures are transient, checkpoints, the embedded
+on, liveness by heartbeat, the messages and their Redis transport, RabbitMQ's
+queues, the dead letters, which failures are transient, checkpoints, the embedded
 broker, and the worker info that status and Flower show. The lowest floor of
 ``tasks``: it imports no other part of it.
 """
@@ -23,8 +23,13 @@ _NAMES = {
     "previous_position": "hoptune.tasks.worker._checkpoint",
     "save_checkpoint": "hoptune.tasks.worker._checkpoint",
     "set_aside": "hoptune.tasks.worker._checkpoint",
+    "SetAsideConsumer": "hoptune.tasks.worker._consumer",
     "DEAD_LETTERS": "hoptune.tasks.worker._dead_letter",
+    "count_dead_letters": "hoptune.tasks.worker._dead_letter",
     "push_dead_letter": "hoptune.tasks.worker._dead_letter",
+    "record_dead_letter": "hoptune.tasks.worker._dead_letter",
+    "AMQP": "hoptune.tasks.worker._rabbitmq",
+    "is_amqp": "hoptune.tasks.worker._rabbitmq",
     "gpu_info": "hoptune.tasks.worker._device",
     "gpus": "hoptune.tasks.worker._device",
     "local_devices": "hoptune.tasks.worker._device",

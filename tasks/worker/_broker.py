@@ -28,7 +28,16 @@ def socket_url(socket: Path, db: int | None = None) -> str:
 
 
 def ping(url: str, timeout: float = 1.0) -> bool:
-    """True if a Redis server answers at ``url`` (``redis://`` or ``redis+socket://``)."""
+    """True if a broker answers at ``url`` (``redis://``, ``redis+socket://`` or ``amqp://``)."""
+    if url.split("://", 1)[0] in ("amqp", "amqps", "pyamqp"):
+        from kombu import Connection
+
+        try:
+            with Connection(url, connect_timeout=timeout) as conn:
+                conn.ensure_connection(max_retries=1, timeout=timeout)
+            return True
+        except Exception:  # noqa: BLE001 - any failure to connect means no answer
+            return False
     try:
         client = redis_client(url, timeout)
         return bool(client.ping())

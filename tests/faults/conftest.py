@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hoptune.tuner import HopRecords, HopRow
-from tests.faults.cluster import RedisServer, Workers
+from tests.faults.cluster import RabbitVhost, RedisServer, Workers, rabbitmq_missing
 
 CONFIG = """
 [defaults]
@@ -69,16 +69,41 @@ def start_redis(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
         server.kill()
 
 
-@pytest.fixture
-def redis_server(start_redis: Callable[..., RedisServer]) -> RedisServer:
-    return start_redis()
+#: The brokers a test marked ``@pytest.mark.parametrize("broker", BROKERS, indirect=True)``
+#: runs against, the way a storage test runs against every backend.
+BROKERS = ["redis", "rabbitmq"]
 
 
 @pytest.fixture
-def fault_env(home: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+def broker(request: pytest.FixtureRequest, start_redis: Callable[..., RedisServer]
+           ) -> Iterator[RedisServer | RabbitVhost]:
+    """The scenario's broker: a Redis server of its own (unless parametrised otherwise), or a
+    virtual host of the machine's RabbitMQ, deleted after; skipped where none answers."""
+    kind = getattr(request, "param", "redis")
+    if kind == "redis":
+        yield start_redis()
+        return
+    missing = rabbitmq_missing()
+    if missing:
+        pytest.skip(f"RabbitMQ variant: {missing}")
+    vhost = RabbitVhost().start()
+    try:
+        yield vhost
+    finally:
+        vhost.delete()
+
+
+@pytest.fixture
+def redis_server(broker: RedisServer | RabbitVhost) -> RedisServer:
+    assert isinstance(broker, RedisServer), "this test needs Redis"
+    return broker
+
+
+@pytest.fixture
+def fault_env(home: Path, broker: RedisServer | RabbitVhost, monkeypatch: pytest.MonkeyPatch
               ) -> dict[str, str]:
-    """The environment of every process of the scenario: its own Redis, short bounds."""
-    env = {"HOPTUNE_BROKER_URL": redis_server.url, "HOPTUNE_HOME": str(home),
+    """The environment of every process of the scenario: its own broker, short bounds."""
+    env = {"HOPTUNE_BROKER_URL": broker.url, "HOPTUNE_HOME": str(home),
            # liveness bounds of seconds, not minutes: a scenario recovers in seconds
            "HOPTUNE_HEARTBEAT_SECONDS": "0.5", "HOPTUNE_LIVENESS_SECONDS": "4",
            "HOPTUNE_SWEEP_SECONDS": "1", "HOPTUNE_RESEND_SECONDS": "3",
@@ -107,9 +132,9 @@ def write_config(home: Path) -> Callable[..., Path]:
 
 
 @pytest.fixture
-def workers(fault_env: dict[str, str], home: Path, redis_server: RedisServer
+def workers(fault_env: dict[str, str], home: Path, broker: RedisServer | RabbitVhost
             ) -> Iterator[Workers]:
-    group = Workers(fault_env, home / "logs", redis_server)
+    group = Workers(fault_env, home / "logs", broker)
     yield group
     group.stop_all()
 

@@ -16,8 +16,11 @@ import pickle
 import time
 import uuid
 
+import pytest
+
 from hoptune.tasks.worker._dead_letter import read_dead_letters
 from hoptune.tuner import HopRecords
+from tests.faults.conftest import BROKERS
 
 QUEUE = "hop.north.0"
 HOP = {"region": "north", "study": 1, "trial": 2, "epoch": 0, "position": 0, "shard": 0}
@@ -99,6 +102,31 @@ def test_a_worker_survives_every_bad_message_and_sets_each_aside(workers, redis_
     assert log.count(f"message on queue {QUEUE} set aside") == 13
     assert "Unrecoverable error" not in log
     assert "Training" not in log
+
+
+@pytest.mark.parametrize("broker", BROKERS, indirect=True)
+def test_a_message_that_is_not_json_is_set_aside_on_either_broker(workers, broker) -> None:
+    """Bytes that are not JSON, with no task (a foreign producer's): on Redis the raw list
+    entry, on RabbitMQ a message whose body does not decode. Either is logged once, kept in
+    the dead letters (Redis's list, or RabbitMQ's dead-letter queue through its dead-letter
+    exchange) with the reason, and the worker goes on and still answers."""
+    worker = workers.start("w0", "north:0")
+    workers.wait_ready("w0")
+    broker.publish_raw(QUEUE, b"not json", **({"content_type": "application/json",
+                                                "content_encoding": "utf-8"}
+                                               if broker.kind == "rabbitmq" else {}))
+    with broker.connection() as conn:
+        (entry,) = _wait_dead_letters(conn, 1)
+        # read, not consumed (RabbitMQ gives a message read back a moment later)
+        assert _wait_dead_letters(conn, 1) == [entry]
+    assert entry["queue"] == QUEUE
+    assert entry["reason"].startswith("not JSON: Expecting value"), entry
+    assert "not json" in entry["body"]
+    assert worker.poll() is None
+    assert {n for r in broker.app().control.ping(timeout=2) for n in r} == {"w0@faults"}
+    log = workers.log("w0")
+    assert log.count(f"message on queue {QUEUE} set aside") == 1
+    assert "Unrecoverable error" not in log
 
 
 def test_a_worker_that_gives_up_exits_non_zero(workers, redis_server) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hoptune.tuner import HopRecords
+from tests.faults.conftest import BROKERS
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +73,7 @@ class Duplicator:
             self.copies += len(out)
 
 
+@pytest.mark.parametrize("broker", BROKERS, indirect=True)
 def test_every_hop_delivered_twice_to_two_replicas_trains_once(scenario, workers) -> None:
     for name, shards in (("a0", "north:0"), ("b0", "north:0"), ("a1", "north:1"),
                          ("b1", "north:1")):

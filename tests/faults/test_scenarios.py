@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from hoptune.tuner import HopRecords
+from tests.faults.conftest import BROKERS
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +34,7 @@ def _one_owner_per_shard(workers) -> None:  # noqa: ANN001 - the Workers fixture
     workers.wait_ready()
 
 
+@pytest.mark.parametrize("broker", BROKERS, indirect=True)
 def test_a_worker_killed_mid_hop_costs_only_that_hop(scenario, workers) -> None:
     _one_owner_per_shard(workers)
     study = scenario.start()
@@ -83,17 +85,21 @@ def test_a_cluster_with_fewer_workers_than_shards_still_finishes(scenario, worke
     scenario.check(study)
 
 
-def test_redis_killed_and_restarted_empty(scenario, workers, redis_server) -> None:
+@pytest.mark.parametrize("broker", BROKERS, indirect=True)
+def test_the_broker_restarted(scenario, workers, broker) -> None:
+    """Redis is killed and started again on its port with no persistence: every queued message
+    is gone, and the sweeper sends the recorded work again. RabbitMQ's server is the machine's
+    own: every connection of the test's virtual host is closed (``RabbitVhost.restart``), and
+    its durable quorum queues keep what was queued, the unacknowledged hop returned."""
     _one_owner_per_shard(workers)
     study = scenario.start()
     hop = scenario.running_hop()
     killed = time.time()
-    redis_server.kill()
-    time.sleep(1.0)
-    redis_server.start()  # the same port, no persistence: every queued message is gone
+    broker.restart()
     scenario.settle(study, timeout=240)
+    assert any("Connection to broker lost" in workers.log(n) for n in ("w0", "w1"))
     scenario.check(study, trained_twice_allowed=2)
-    _report("Redis restarted empty", scenario.recovery_seconds(hop, killed))
+    _report(f"{broker.kind} restarted", scenario.recovery_seconds(hop, killed))
 
 
 def test_the_driver_killed_the_workers_finish_alone(scenario, workers, home: Path,
