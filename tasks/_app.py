@@ -186,13 +186,15 @@ def nightly_task(self: Task, *, regions: list[str] | None = None) -> int | None:
     """The scheduled nightly run: re-ingest, tune warm, promote, for every region."""
     from hoptune.core import StudyError
     from hoptune.regions import load_config
-    from hoptune.tasks.plan import log_nightly_plan
+    from hoptune.tasks.plan import ingest_region, log_nightly_plan
     from hoptune.tasks.study import start_nightly
 
     rt = runtime()
     config = load_config(rt.settings.config_path)
     try:
-        run_id, dispatches = start_nightly(rt, config, regions, trigger="beat")
+        # shards = "auto" chosen from the measured costs and the live workers, as the CLI's
+        run_id, dispatches = start_nightly(rt, config, regions, trigger="beat",
+                                           ingested=ingest_region)
     except StudyError as exc:
         log.warning("nightly run not started: %s", exc)
         return None

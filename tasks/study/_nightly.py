@@ -41,7 +41,7 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
 
     Returns the run's id and the messages that set its studies going; the
     caller sends them, then logs the plan (``log_nightly_plan``). ``ingested``
-    ingests a region (default ``ingest``; the CLI passes ``ingest_region``, which
+    ingests a region (default ``ingest``; the CLI and the beat task pass ``ingest_region``, which
     resolves ``shards = "auto"`` from the measured costs).
     """
     from hoptune.regions import ingest
