@@ -51,7 +51,10 @@ def write_section(name: str, body: str, path: Path = BENCHMARKS) -> None:
 
 
 def command() -> str:
-    return "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+    """The bench's command line as a shell would take it (an empty argument as '')."""
+    import shlex
+
+    return "python " + shlex.join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
 
 
 def load_average() -> str:
