@@ -87,13 +87,6 @@ def _outside(rows: float, cost_per_row: float, fixed: float) -> float:
     return fixed / max(fixed + rows * cost_per_row, 1e-12)
 
 
-def _host_class() -> str:
-    import os
-    import socket
-
-    return os.environ.get("HOPTUNE_HOST_CLASS") or socket.gethostname()
-
-
 def _memory() -> int:
     import psutil
 
@@ -127,7 +120,9 @@ def shard_chooser(rt: Runtime | Callable[[], Runtime], region: RegionConfig,
         count = live_workers(rt) if workers is None else workers
         costs = [c for k, c in fit_costs(recorded_observations(rt.db)).items()
                  if k.family == region.family]
-        host = _host_class()
+        from hoptune.tasks.worker import host_class
+
+        host = host_class()
         cost = max(costs, key=lambda c: (c.key.host == host, c.hops)) if costs else None
         if cost is None:
             return choose_shards(rows, row_bytes, None, None, count, _memory())
