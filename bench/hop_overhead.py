@@ -19,7 +19,7 @@ standard AWS variables) each size also runs this checkout's code with the store
 there, beside the local folder ("after"), in a fresh prefix of its own: what
 the object store costs a hop.
 
-Usage: python bench/hop_overhead.py [--epochs 5] [--hop-seconds 0.04,1.0] [--before REV]
+Usage: python bench/hop_overhead.py [--epochs 10] [--hop-seconds 0.04,1.0] [--before REV]
        [--store s3://BUCKET/PREFIX]
 Writes its section of BENCHMARKS.md; the last line is one JSON object.
 """
@@ -174,7 +174,8 @@ def _run(rows: int, epochs: int, tree: Path | None, store: str | None = None) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5)
+    # 10 epochs: 10 hand-ons within an epoch for a long hop's dispatch median, 40 for a short
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--hop-seconds", default="0.04,1.0")
     # the revision before shards = "auto" and the S3 store; an older one must read hops through
     # HopRecords as the measuring code does; "" measures this checkout alone
@@ -296,8 +297,11 @@ Machine: {machine()}. Command: `{command()}`.
 One trial of the rating model ({parameters:,} parameters, `fused_adamw`, which runs its
 torch reference path on a CPU) hopping between 2 real workers (one shard each) on the
 embedded Redis, SQLite study database and store folder; medians over the hops (dispatch
-over the hand-ons within an epoch). {before}"after" is this checkout (checkpoints kept in
-their writer's memory, hop checkpoints unsynced, no RNG state, hops placed by load). With
+over the hand-ons within an epoch). {before}"after" is this checkout (a hop's checkpoint
+serialised into a buffer sized up front, checksummed with XXH3-128 instead of SHA-256 and
+torch's per-record CRC-32, and written behind its hand-on by the worker's writer thread; the
+hop's checks read in one transaction that takes no write lock; its progress event sent
+after the next hop's message). With
 one trial on two single-shard workers a hop within an epoch always lands on the other
 worker; the memory pays at the epoch's first hop, placed back on the worker that ran the
 last one.{store}

@@ -58,7 +58,7 @@ def send(dispatches: list[Dispatch], celery_app: Celery | None = None) -> None:
           autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Train a trial once over one shard of its region, then hand on."""
-    from hoptune.tasks.hop import run_hop
+    from hoptune.tasks.hop import run_hop, wait_written
     from hoptune.tasks.study import hand_on
 
     queue = (self.request.delivery_info or {}).get("routing_key")
@@ -71,38 +71,53 @@ def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {"trained": False, "skipped": f"set aside: {exc}"}
 
     rt = runtime()
-    progress = _progress(self, rt, message.region, message.study)
+    progress = _Progress(self, rt, message.region, message.study)
     report = run_hop(rt, message.trial, message.epoch, message.position, on_progress=progress,
                      message=message, again=_came_before(self))
     if report.set_aside is not None:  # the study database does not record the hop so
         set_aside(self.app, queue or "?", report.set_aside, json.dumps([args, kwargs]))
         return {"trained": False, "skipped": report.skipped}
     send(hand_on(rt, report), self.app)
+    progress.send()  # after the hand-on: the next hop need not wait for the event
+    wait_written(report)  # the task ends once its checkpoint is written behind the hand-on
     if report.retry:  # failed once with an error that may not repeat: once more, later
         raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
     return {"trained": report.trained, "loss": report.loss, "skipped": report.skipped}
 
 
-def _progress(task: Task, rt: Any, region: str, study: int) -> Any:
-    """The progress event of each trained hop (Flower shows it), for ``run_hop``."""
+class _Progress:
+    """The progress event of each trained hop (Flower shows it): ``run_hop`` hands it the
+    hop's report, and the task sends the events once the next hop is on its way."""
 
-    def progress(report: HopReport) -> None:
-        info = publish_worker_info(rt)  # a kernel's path may have changed in this hop
-        task.send_event("task-progress", region=region, study=study, trial=report.trial_id,
-                        epoch=report.epoch, shard=report.shard,
-                        loss=report.loss, samples=report.samples,
-                        samples_per_s=report.samples / report.train_seconds
-                        if report.train_seconds else None,
-                        device=info["device_name"], kernels=info["kernel_summary"])
+    def __init__(self, task: Task, rt: Any, region: str, study: int) -> None:
+        self.task, self.rt, self.region, self.study = task, rt, region, study
+        self.reports: list[HopReport] = []
 
-    return progress
+    def __call__(self, report: HopReport) -> None:
+        self.reports.append(report)
+
+    def send(self) -> None:
+        for report in self.reports:
+            try:
+                info = publish_worker_info(self.rt)  # a kernel's path may have changed
+                self.task.send_event(
+                    "task-progress", region=self.region, study=self.study,
+                    trial=report.trial_id, epoch=report.epoch, shard=report.shard,
+                    loss=report.loss, samples=report.samples,
+                    samples_per_s=report.samples / report.train_seconds
+                    if report.train_seconds else None,
+                    device=info["device_name"], kernels=info["kernel_summary"])
+            except Exception:  # noqa: BLE001 - an event the broker could not take costs no hop
+                log.warning("hop of trial %d: its progress event was not sent", report.trial_id,
+                            exc_info=True)
+        self.reports.clear()
 
 
 @app.task(name="hoptune.cohort_hop", bind=True, acks_late=True, reject_on_worker_lost=True,
           autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60, max_retries=10)
 def cohort_hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Train several trials once over one shard as one fused model, then hand each on."""
-    from hoptune.tasks.hop import run_cohort_hop
+    from hoptune.tasks.hop import run_cohort_hop, wait_written
     from hoptune.tasks.study import hand_on_cohort
 
     queue = (self.request.delivery_info or {}).get("routing_key")
@@ -115,12 +130,14 @@ def cohort_hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
         set_aside(self.app, queue or "?", str(exc), json.dumps([args, kwargs], default=repr))
         return {"trained": [], "skipped": f"set aside: {exc}"}
     rt = runtime()
+    progress = _Progress(self, rt, message.region, message.study)
     reports = run_cohort_hop(rt, message.trials, message.epochs, message.position, message.shard,
-                             on_progress=_progress(self, rt, message.region, message.study),
-                             message=message, again=_came_before(self))
+                             on_progress=progress, message=message, again=_came_before(self))
     for reason in dict.fromkeys(r.set_aside for r in reports if r.set_aside is not None):
         set_aside(self.app, queue or "?", reason, json.dumps([args, kwargs]))
     send(hand_on_cohort(rt, reports), self.app)
+    progress.send()
+    wait_written(*reports)
     if any(r.retry for r in reports):  # a member failed once: the message once more, later
         raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
     return {"trained": [r.trial_id for r in reports if r.trained],

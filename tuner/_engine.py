@@ -21,6 +21,10 @@ from hoptune.core import StoreError
 __all__ = ["database_error", "make_engine", "safe_url"]
 
 
+#: The execution option that marks a transaction as one that only reads (``StudyDB.reading``).
+READ_ONLY = "hoptune_read_only"
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         from pathlib import Path
@@ -45,7 +49,10 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # a writer takes the write lock at once (no deadlock on upgrading a read lock); a
+            # transaction that only reads (READ_ONLY) takes none: in WAL mode it never waits
+            deferred = conn.get_execution_options().get(READ_ONLY, False)
+            conn.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
 
         return engine
     if url.startswith(("postgresql://", "postgres://")):

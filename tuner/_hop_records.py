@@ -157,12 +157,15 @@ class HopRecords:
             conn.execute(update(trials).where(trials.c.id == trial_id).values(updated_at=now))
             return int(conn.execute(select(hops.c.errors).where(*key)).scalar_one())
 
-    def get(self, trial_id: int, epoch: int, position: int) -> HopRow | None:
-        with self.db.transaction() as conn:
-            row = conn.execute(select(hops).where(
-                hops.c.trial_id == trial_id, hops.c.epoch == epoch,
-                hops.c.position == position)).first()
-            return HopRow.from_row(row) if row is not None else None
+    def get(self, trial_id: int, epoch: int, position: int, conn: Connection | None = None
+            ) -> HopRow | None:
+        if conn is None:
+            with self.db.transaction() as own:
+                return self.get(trial_id, epoch, position, own)
+        row = conn.execute(select(hops).where(
+            hops.c.trial_id == trial_id, hops.c.epoch == epoch,
+            hops.c.position == position)).first()
+        return HopRow.from_row(row) if row is not None else None
 
     def finish(self, trial_id: int, epoch: int, position: int, *,
                    next_hop: tuple[int, int] | None, **values: Any) -> bool:

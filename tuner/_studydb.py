@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from hoptune.core import SchemaError, StudyError
-from hoptune.tuner._engine import database_error, make_engine
+from hoptune.tuner._engine import READ_ONLY, database_error, make_engine
 from hoptune.tuner._hop_queue import queue_hop
 from hoptune.tuner._revisions import open_schema
 from hoptune.tuner._rows import EpochRow, StudyRow, TrialRow
@@ -66,6 +66,15 @@ class StudyDB:
     def transaction(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
             yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A transaction that only reads: on SQLite it takes no write lock (in WAL mode a
+        reader waits for no writer), so a hop's checks never queue behind another's record."""
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(**{READ_ONLY: True})
+            with conn.begin():
+                yield conn
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -127,9 +136,11 @@ class StudyDB:
             raise StudyError(f"region {region!r} already has a running study "
                              f"({running.id})") from None
 
-    def study(self, study_id: int) -> StudyRow:
-        with self.transaction() as conn:
-            return self._study(conn, study_id)
+    def study(self, study_id: int, conn: Connection | None = None) -> StudyRow:
+        if conn is None:
+            with self.transaction() as own:
+                return self._study(own, study_id)
+        return self._study(conn, study_id)
 
     def _study(self, conn: Connection, study_id: int, *, lock: bool = False) -> StudyRow:
         query = select(studies).where(studies.c.id == study_id)

@@ -119,7 +119,8 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
     shown = -math.inf
     try:
         while True:
-            ended = all(settled(rt.db.study(s)) for s in study_ids)
+            with rt.db.reading() as conn:  # ten times a second: never queue behind a hop
+                ended = all(settled(rt.db.study(s, conn)) for s in study_ids)
             if progress and (ended or time.monotonic() - shown >= REFRESH):
                 bar.total = _planned(rt, study_ids)
                 bar.n = min(sum(HopRecords(rt.db).done_count(s) for s in study_ids), bar.total)

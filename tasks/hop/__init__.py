@@ -22,6 +22,7 @@ _NAMES = {
     "HopReport": "hoptune.tasks.hop._delivery",
     "model_at": "hoptune.tasks.hop._hop",
     "run_hop": "hoptune.tasks.hop._hop",
+    "wait_written": "hoptune.tasks.hop._hop",
     "replay_trial": "hoptune.tasks.hop._replay",
     "trial_seed": "hoptune.tasks.hop._seeds",
     "build_trial_model": "hoptune.tasks.hop._training",

@@ -46,7 +46,8 @@ def refusal(rt: Runtime, region: str, study_id: int, shard: int) -> StudyRow | s
     """The study a hop or cohort message of ``region``'s ``shard`` names, or why this worker
     may not act on it: no such study, another region's, or a shard it does not own."""
     try:
-        study = rt.db.study(study_id)
+        with rt.db.reading() as conn:
+            study = rt.db.study(study_id, conn)
     except StudyError as exc:
         return str(exc)
     if study.region != region:
@@ -76,21 +77,23 @@ def admit(rt: Runtime, trial_id: int, epoch: int, position: int, *,
     message's), or the hop was placed on another shard than ``shard`` (the message's)."""
     db = rt.db
     where = hop_name(trial_id, epoch, position)
-    try:
-        trial = db.trial(trial_id)
-    except StudyError as exc:
-        return f"{where}: {exc}"
-    if study is None:
-        study = db.study(trial.study_id)
-    elif trial.study_id != study.id:
-        return f"{where}: trial {trial_id} is of study {trial.study_id}, not {study.id}"
-    record = db.epoch(trial_id, epoch)
-    if record is None:
-        return f"{where}: trial {trial_id} has no epoch {epoch}"
-    if position >= len(record.visit_order):
-        return f"{where}: an epoch of study {study.id} has {len(record.visit_order)} positions"
-    if HopRecords(db).get(trial_id, epoch, position) is None:
-        return f"{where}: never queued"
+    with db.reading() as conn:  # one transaction, which takes no write lock
+        try:
+            trial = db.trial(trial_id, conn)
+        except StudyError as exc:
+            return f"{where}: {exc}"
+        if study is None:
+            study = db.study(trial.study_id, conn)
+        elif trial.study_id != study.id:
+            return f"{where}: trial {trial_id} is of study {trial.study_id}, not {study.id}"
+        record = db.epoch(trial_id, epoch, conn)
+        if record is None:
+            return f"{where}: trial {trial_id} has no epoch {epoch}"
+        if position >= len(record.visit_order):
+            return (f"{where}: an epoch of study {study.id} has {len(record.visit_order)} "
+                    f"positions")
+        if HopRecords(db).get(trial_id, epoch, position, conn) is None:
+            return f"{where}: never queued"
     placed = record.visit_order[position]
     if shard is not None and placed != shard:
         return f"{where}: placed on shard {placed}, not {shard}"

@@ -7,6 +7,7 @@ benchmark; ``EpochEnd`` is the epoch's end an epoch's last hop hands the workflo
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,8 @@ class HopReport:
     # why no worker may act on the message (it names a hop the study database does not
     # record so, or a shard this worker does not own): the task sets it aside as a dead letter
     set_aside: str | None = None
+    # the write of its checkpoint, behind its hand-on (``save``); None: written, or none
+    written: Future[None] | None = None
 
 
 @dataclass

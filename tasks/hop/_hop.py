@@ -42,13 +42,14 @@ from hoptune.tasks.worker import (
     Runtime,
     checkpoint_key,
     describe,
+    encode_checkpoint,
     hop_dispatch,
     keep_final,
     live_after,
+    liveness_seconds,
     load_checkpoint,
     previous_position,
     region_of,
-    save_checkpoint,
     set_aside,
     study_manifest,
     tune_step_dispatch,
@@ -56,7 +57,8 @@ from hoptune.tasks.worker import (
 from hoptune.tuner import ACTIVE_STATES, EpochRow, HopRecords, StudyRow, TrialRow, utcnow
 
 __all__ = ["BuildFailed", "claim", "finish", "model_at", "readable", "release", "restore",
-           "restore_trial", "run_hop", "save", "set_aside_report", "train_alone"]
+           "restore_trial", "run_hop", "save", "set_aside_report", "train_alone",
+           "wait_written"]
 
 log = logging.getLogger(__name__)
 
@@ -70,27 +72,30 @@ def restore_trial(rt: Runtime, region: RegionConfig, study: StudyRow,
     if before is None:
         model = build_trial_model(region, params, trial.seed, meta, rt.device)
         return model, make_trial_optimizer(region, params, model)
-    model, checkpoint = model_at(rt, region, study, trial, *before, meta, reuse=True)
+    # its writer may still be writing it (behind its hand-on) while it could be alive
+    model, checkpoint = model_at(rt, region, study, trial, *before, meta, reuse=True,
+                                 wait=liveness_seconds())
     optimizer = make_trial_optimizer(region, params, model)
     optimizer.load_state_dict(checkpoint.optimizer)
     return model, optimizer
 
 
 def model_at(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
-             epoch: int, position: int, meta: dict[str, Any], *, reuse: bool = False
-             ) -> tuple[torch.nn.Module, Checkpoint]:
+             epoch: int, position: int, meta: dict[str, Any], *, reuse: bool = False,
+             wait: float = 0.0) -> tuple[torch.nn.Module, Checkpoint]:
     """The trial's model as hop (epoch, position) left it, and that hop's checkpoint.
 
     The checkpoint loads straight onto the worker's device, and the model, built
     without memory (on the meta device), takes its tensors as its own: no
     initialisation that the load would overwrite, no copy. With ``reuse`` the
     copy this worker kept in memory when it wrote that checkpoint is taken
-    instead of reading the store, if the stored one is still the same.
+    instead of reading the store, if the stored one is still the same. ``wait``:
+    seconds to wait for a checkpoint not stored yet (``load_checkpoint``).
     """
     key = checkpoint_key(study.id, trial.id, epoch, position)
     checkpoint = rt.latest.take(rt.store, trial.id, key) if reuse else None
     if checkpoint is None:
-        checkpoint = load_checkpoint(rt.store, key, rt.device)
+        checkpoint = load_checkpoint(rt.store, key, rt.device, wait=wait)
     with torch.device("meta"):
         model = get_family(region).build(trial.params, meta)
     model.load_state_dict(checkpoint.model, assign=True)
@@ -264,7 +269,8 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
     if report.trained:
         log.info("trained hop: trial %d epoch %d position %d shard %d on %s", trial_id, epoch,
                  position, shard, rt.holder)
-    _drop_old_checkpoints(store, study.id, trial_id, epoch, position, region.shards)
+    if report.written is None:  # else the writer drops them once the new one is written
+        _drop_old_checkpoints(store, study.id, trial_id, epoch, position, region.shards)
     if not last:
         if queued is not None:
             report.dispatch.append(
@@ -313,7 +319,13 @@ def train_alone(rt: Runtime, c: Claimed, manifest: dict[str, Any], key: str
 
 def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
          optimizer: torch.optim.Optimizer, trained: TrainedPass) -> None:
-    """Write the trained hop's checkpoint (and keep it in memory) and fill in its report."""
+    """Write the trained hop's checkpoint (and keep it in memory) and fill in its report.
+
+    A hop with a successor in its epoch serialises its checkpoint here and leaves
+    the write to the process's writer (``report.written``), behind its hand-on:
+    the successor's reader waits for it. An epoch's last hop writes it now: the
+    epoch's end (validation, selection, promotion) reads it.
+    """
     report = c.report
     report.trained = True
     report.samples, report.loss, report.train_seconds = (
@@ -321,8 +333,25 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     started = time.perf_counter()
     checkpoint = Checkpoint(model=model.state_dict(), optimizer=optimizer.state_dict(),
                             samples=trained.samples, loss=trained.loss)
-    rt.latest.keep(c.trial.id, key, save_checkpoint(rt.store, key, checkpoint), checkpoint)
+    data, digest = encode_checkpoint(checkpoint)
+    epoch, position, shards = report.epoch, report.position, len(c.record.visit_order)
+    if position + 1 < shards:
+        report.written = rt.writer.write(rt.store, key, data, then=lambda: _drop_old_checkpoints(
+            rt.store, c.study.id, c.trial.id, epoch, position, c.region.shards))
+    else:
+        rt.store.write_with(key, lambda fh: fh.write(data), durable=False)
+    rt.latest.keep(c.trial.id, key, digest, checkpoint, report.written)
     report.save_seconds = time.perf_counter() - started
+
+
+def wait_written(*reports: HopReport) -> None:
+    """Return once the checkpoints these hops write behind are written (or failed: logged)."""
+    for report in reports:
+        if report.written is not None:
+            try:
+                report.written.result()
+            except Exception:  # noqa: BLE001 - logged by the writer; its reader rewinds
+                pass
 
 
 def readable(store: Any, key: str) -> Checkpoint | None:

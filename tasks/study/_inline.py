@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from hoptune.tasks.hop import HopReport, run_cohort_hop, run_hop
+from hoptune.tasks.hop import HopReport, run_cohort_hop, run_hop, wait_written
 from hoptune.tasks.study._promotion import promote_study
 from hoptune.tasks.study._sweeper import sweep
 from hoptune.tasks.study._workflow import hand_on, hand_on_cohort, tune_step
@@ -30,6 +30,7 @@ def run_inline(rt: Runtime, dispatches: Iterable[Dispatch],
         count += 1
         if d.task == "hoptune.hop":
             report = run_hop(rt, d.kwargs["trial"], d.kwargs["epoch"], d.kwargs["position"])
+            wait_written(report)  # one hop at a time: each written before the next
             if on_hop is not None:
                 on_hop(report)
             queue.extend(hand_on(rt, report))
@@ -38,6 +39,7 @@ def run_inline(rt: Runtime, dispatches: Iterable[Dispatch],
         elif d.task == "hoptune.cohort_hop":
             k = d.kwargs
             reports = run_cohort_hop(rt, k["trials"], k["epochs"], k["position"], k["shard"])
+            wait_written(*reports)
             for report in reports if on_hop is not None else ():
                 on_hop(report)
             queue.extend(hand_on_cohort(rt, reports))

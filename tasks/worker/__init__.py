@@ -18,6 +18,7 @@ _NAMES = {
     "socket_url": "hoptune.tasks.worker._broker",
     "Checkpoint": "hoptune.tasks.worker._checkpoint",
     "checkpoint_key": "hoptune.tasks.worker._checkpoint",
+    "encode_checkpoint": "hoptune.tasks.worker._checkpoint",
     "keep_final": "hoptune.tasks.worker._checkpoint",
     "load_checkpoint": "hoptune.tasks.worker._checkpoint",
     "previous_position": "hoptune.tasks.worker._checkpoint",

@@ -2,13 +2,15 @@
 
 Keyed by (study, trial, epoch, position in the visit order), so a hop knows
 before it trains whether its output already exists. Serialised with
-``torch.save`` into bytes and written to the store atomically; loaded with
+``torch.save`` into memory and written to the store atomically; loaded with
 ``weights_only=True`` (tensors and plain containers only, never pickled code).
 
-Each checkpoint ends with a checksum of the bytes before it (``HTCK`` and a
-SHA-256): a truncated or damaged file is found when it is read, and raises
+Each checkpoint ends with a checksum of the bytes before it (``HTX3`` and the
+128-bit XXH3 of them; one written before carries ``HTCK`` and a SHA-256, and
+still reads): a truncated or damaged file is found when it is read, and raises
 ``CheckpointError`` naming it, instead of a confusing error from deep inside
-``torch.load``.
+``torch.load``. With that checksum over every byte, ``torch.save``'s own CRC-32
+of each record is left out: it cost more than the XXH3 of the whole file.
 
 Durability: a hop's checkpoint is written without fsync. A host crash may
 lose it or cut it short; the hop that reads it then finds it missing or its
@@ -16,33 +18,53 @@ checksum wrong and runs the hop before again (a rewind): the cost is one hop,
 the same as a worker killed mid-hop. Only what outlives the trial is synced:
 its final checkpoint (``keep_final``), which promotion and the report read.
 
+Written behind: a hop with a successor in its epoch serialises its checkpoint
+on its own path and hands its bytes to the process's ``CheckpointWriter``
+thread, which writes them while the hop records itself and its successor is
+dispatched. The reader of a checkpoint not yet there waits for it
+(``load_checkpoint``'s ``wait``) as long as its writer could still be alive;
+a writer killed before its write finished costs the hop that wrote it, which
+the reader rewinds, as for a lost file.
+
 A worker keeps the latest checkpoint of each trial it trained in memory
 (``LatestCheckpoints``): the trial's next hop, if it lands on the same worker,
 takes it from there after reading only the stored file's checksum (its last
-36 bytes), so a copy that the store no longer holds is never used.
+bytes), so a copy that the store no longer holds is never used.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
+
+import xxhash
 
 from hoptune.core import CheckpointError, Store, StoreError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Checkpoint", "LatestCheckpoints", "checkpoint_key", "previous_position",
-           "save_checkpoint", "load_checkpoint", "stored_digest", "set_aside", "keep_final",
-           "checkpoints_in_memory"]
+__all__ = ["Checkpoint", "CheckpointWriter", "LatestCheckpoints", "checkpoint_key",
+           "encode_checkpoint", "previous_position", "save_checkpoint", "load_checkpoint",
+           "stored_digest", "set_aside", "keep_final", "checkpoints_in_memory"]
 
-_TRAILER = b"HTCK"
-_DIGEST = hashlib.sha256().digest_size
+log = logging.getLogger(__name__)
+
+_TRAILER = b"HTX3"  # then the XXH3-128 of the bytes before it
+_DIGEST = 16
+_OLD_TRAILER = b"HTCK"  # then the SHA-256 of the bytes before it (checkpoints written before)
+_OLD_DIGEST = hashlib.sha256().digest_size
+_TAIL = max(len(_TRAILER) + _DIGEST, len(_OLD_TRAILER) + _OLD_DIGEST)
 
 
 def checkpoint_key(study_id: int, trial_id: int, epoch: int, position: int) -> str:
@@ -71,31 +93,118 @@ class Checkpoint:
     loss: float
 
 
-def save_checkpoint(store: Store, key: str, checkpoint: Checkpoint) -> bytes:
-    """Write the checkpoint atomically, streamed straight into the store, unsynced.
+def encode_checkpoint(checkpoint: Checkpoint) -> tuple[memoryview, bytes]:
+    """The checkpoint's bytes as stored (``torch.save``'s, then the trailer) and their digest."""
+    import torch
 
-    Returns its SHA-256 (the digest its trailer carries).
-    """
     payload = {
         "model": checkpoint.model,
         "optimizer": checkpoint.optimizer,
         "samples": checkpoint.samples,
         "loss": checkpoint.loss,
     }
-    digest: list[bytes] = []
-    store.write_with(key, lambda fh: digest.append(_write_summed(fh, payload)), durable=False)
-    return digest[0]
+    # sized up front from its tensors (and room for the rest): no regrowing copies as it fills
+    buffer = io.BytesIO(bytes(_tensor_bytes(payload) + (1 << 16)))
+    with _without_torch_crc():
+        torch.save(payload, buffer)
+    buffer.truncate()
+    with buffer.getbuffer() as body:
+        digest = xxhash.xxh3_128(body).digest()
+    buffer.write(_TRAILER + digest)
+    return buffer.getbuffer(), digest
+
+
+def _tensor_bytes(value: Any) -> int:
+    """How many bytes the tensors in ``value`` (nested dicts, lists and tuples) hold."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
+@contextmanager
+def _without_torch_crc() -> Iterator[None]:
+    """``torch.save`` without its CRC-32 of each record: the trailer's XXH3 covers every byte."""
+    from torch import serialization
+
+    before = serialization.get_crc32_options()
+    serialization.set_crc32_options(False)
+    try:
+        yield
+    finally:
+        serialization.set_crc32_options(before)
+
+
+def save_checkpoint(store: Store, key: str, checkpoint: Checkpoint) -> bytes:
+    """Write the checkpoint atomically, unsynced, now. Returns the digest its trailer carries."""
+    data, digest = encode_checkpoint(checkpoint)
+    _write(store, key, data)
+    return digest
+
+
+def _write(store: Store, key: str, data: memoryview) -> None:
+    store.write_with(key, lambda fh: fh.write(data), durable=False)
+
+
+class CheckpointWriter:
+    """One thread per process that writes hops' checkpoints behind their hand-on, in order.
+
+    ``write`` returns a future of the write (and of ``then``, run after it: the
+    removal of what the new checkpoint makes obsolete). A write that fails is
+    logged: the hop that reads the checkpoint finds it missing and rewinds.
+    """
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def write(self, store: Store, key: str, data: memoryview,
+              then: Callable[[], None] | None = None) -> Future[None]:
+        def job() -> None:
+            try:
+                _write(store, key, data)
+            except Exception:
+                log.error("checkpoint %s could not be written: the hop that reads it runs the "
+                          "hop that wrote it again", key, exc_info=True)
+                raise
+            if then is not None:
+                then()
+
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="hoptune-checkpoint")
+            return self._pool.submit(job)
 
 
 def stored_digest(store: Store, key: str) -> bytes | None:
-    """The SHA-256 a stored checkpoint's trailer carries; None if missing or unsummed."""
+    """The digest a stored checkpoint's trailer carries; None if missing or unsummed."""
     try:
-        tail = store.read_tail(key, len(_TRAILER) + _DIGEST)
+        tail = store.read_tail(key, _TAIL)
     except StoreError:
         return None
-    if len(tail) != len(_TRAILER) + _DIGEST or not tail.startswith(_TRAILER):
-        return None
-    return tail[len(_TRAILER):]
+    return _trailer(tail)[1]
+
+
+def _trailer(data: bytes | memoryview) -> tuple[int, bytes | None]:
+    """How many bytes at the end of ``data`` are its trailer, and the digest it carries."""
+    new, old = len(_TRAILER) + _DIGEST, len(_OLD_TRAILER) + _OLD_DIGEST
+    if len(data) >= new and bytes(data[-new:-_DIGEST]) == _TRAILER:
+        return new, bytes(data[-_DIGEST:])
+    if len(data) >= old and bytes(data[-old:-_OLD_DIGEST]) == _OLD_TRAILER:
+        return old, bytes(data[-_OLD_DIGEST:])
+    return 0, None
+
+
+def _digest_of(body: bytes | memoryview, size: int) -> bytes:
+    """The digest of ``body`` a trailer of ``size`` bytes carries."""
+    if size == len(_TRAILER) + _DIGEST:
+        return xxhash.xxh3_128(body).digest()
+    return hashlib.sha256(body).digest()
 
 
 def checkpoints_in_memory() -> int:
@@ -113,22 +222,31 @@ class LatestCheckpoints:
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = checkpoints_in_memory() if limit is None else limit
-        self._entries: OrderedDict[int, tuple[str, bytes, Checkpoint]] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[str, bytes, Checkpoint, Future[None] | None]] = (
+            OrderedDict())
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def keep(self, trial_id: int, key: str, digest: bytes, checkpoint: Checkpoint) -> None:
+    def keep(self, trial_id: int, key: str, digest: bytes, checkpoint: Checkpoint,
+             written: Future[None] | None = None) -> None:
+        """Keep ``checkpoint`` (stored under ``key`` with ``digest``, or being written there
+        behind: ``written``) as trial ``trial_id``'s latest."""
         if self.limit <= 0:
             return
         with self._lock:
             self._entries.pop(trial_id, None)
-            self._entries[trial_id] = (key, digest, checkpoint)
+            self._entries[trial_id] = (key, digest, checkpoint, written)
             while len(self._entries) > self.limit:
                 self._entries.popitem(last=False)
 
     def take(self, store: Store, trial_id: int, key: str) -> Checkpoint | None:
         with self._lock:
             entry = self._entries.pop(trial_id, None)
+        if entry is not None and entry[3] is not None:
+            try:
+                entry[3].result()  # its write behind: what the store holds is compared next
+            except Exception:  # noqa: BLE001 - logged by the writer; the store decides
+                pass
         if entry is None or entry[0] != key or stored_digest(store, key) != entry[1]:
             self.misses += 1
             return None
@@ -136,56 +254,45 @@ class LatestCheckpoints:
         return entry[2]
 
 
-class _Summing(io.RawIOBase):
-    """A write-only stream that hashes what passes through it to ``out``."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        self.out, self.sha = out, hashlib.sha256()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        self.sha.update(data)
-        return self.out.write(data)
-
-
-def _write_summed(fh: BinaryIO, payload: dict[str, Any]) -> bytes:
-    import torch
-
-    summing = _Summing(fh)
-    torch.save(payload, summing)
-    digest = summing.sha.digest()
-    fh.write(_TRAILER + digest)
-    return digest
-
-
-def load_checkpoint(store: Store, key: str, device: torch.device | None = None) -> Checkpoint:
+def load_checkpoint(store: Store, key: str, device: torch.device | None = None, *,
+                    wait: float = 0.0) -> Checkpoint:
     """Read and check a checkpoint, its tensors loaded straight onto ``device`` (default: CPU).
 
     Wherever it was saved from: a GPU worker's checkpoint loads on a CPU and back.
-    ``CheckpointError`` if it is missing or damaged.
+    ``wait``: seconds to wait for a checkpoint not there yet (one written behind
+    its hop's hand-on, by a writer that may still be alive).
+    ``CheckpointError`` if it is missing (after ``wait``) or damaged.
     """
     import torch
 
+    if wait > 0:
+        _await(store, key, wait)
     try:
         data = store.read_bytes(key)
     except StoreError:
         raise CheckpointError(key, "it does not exist") from None
-    body, trailer = data[: -len(_TRAILER) - _DIGEST], data[-len(_TRAILER) - _DIGEST:]
-    summed = trailer[: len(_TRAILER)] == _TRAILER
-    if summed and hashlib.sha256(body).digest() != trailer[len(_TRAILER):]:
+    size, digest = _trailer(data)
+    if digest is not None and _digest_of(memoryview(data)[: len(data) - size], size) != digest:
         raise CheckpointError(key, "its checksum does not match its bytes")
     try:
-        # a checkpoint written before checksums is read whole; torch.load still checks it
-        raw = torch.load(io.BytesIO(body if summed else data),
-                         map_location=device or torch.device("cpu"), weights_only=True)
+        # read whole, trailer and all (the zip's directory is found from its end, the bytes
+        # after it ignored): no copy of the body; torch.load checks one written before checksums
+        raw = torch.load(io.BytesIO(data), map_location=device or torch.device("cpu"),
+                         weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle means unreadable
-        reason = "" if summed else f"no checksum at its end ({len(data)} bytes: truncated?); "
+        reason = "" if digest else f"no checksum at its end ({len(data)} bytes: truncated?); "
         raise CheckpointError(key, f"{reason}{type(exc).__name__}: "
                                    f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
     return Checkpoint(model=raw["model"], optimizer=raw["optimizer"],
                       samples=int(raw["samples"]), loss=float(raw["loss"]))
+
+
+def _await(store: Store, key: str, seconds: float) -> None:
+    """Return once ``key`` exists or ``seconds`` have passed, polling ever less often."""
+    deadline, pause = time.monotonic() + seconds, 0.001
+    while not store.exists(key) and time.monotonic() < deadline:
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.1)
 
 
 def set_aside(store: Store, key: str, stamp: str) -> str:

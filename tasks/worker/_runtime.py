@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from hoptune.core import Settings, Store
 from hoptune.regions import RegionConfig, read_manifest
-from hoptune.tasks.worker._checkpoint import LatestCheckpoints
+from hoptune.tasks.worker._checkpoint import CheckpointWriter, LatestCheckpoints
 from hoptune.tuner import StudyDB, StudyRow
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ class Runtime:
         self.disk_cache = None if self.store.local else Store(str(self.settings.cache_dir))
         self.db = StudyDB(self.settings.database_url)
         self.latest = LatestCheckpoints()  # each trial's latest checkpoint written here
+        self.writer = CheckpointWriter()  # hops' checkpoints written behind their hand-on
         self._cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
         self._lock = threading.Lock()
 

@@ -47,6 +47,71 @@ def test_a_worker_killed_mid_hop_costs_only_that_hop(scenario, workers) -> None:
     _report("one worker killed", scenario.recovery_seconds(hop, killed))
 
 
+#: A start-up hook of the scenario's workers (``sitecustomize`` on their PYTHONPATH): the
+#: first checkpoint written behind a hand-on for an epoch's first hop hangs in the writer
+#: thread, while the hop records itself and hands on, so the test can kill its worker then.
+HANG_ONE_WRITE = '''
+import time
+from pathlib import Path
+
+from hoptune.tasks.worker import _checkpoint
+
+MARK = Path(__file__).with_name("hang-once")
+_write = _checkpoint._write
+
+
+def _hanging(store, key, data):
+    if key.endswith("e0000-p0000.pt"):
+        try:
+            MARK.unlink()
+        except FileNotFoundError:
+            pass
+        else:
+            time.sleep(600)
+    _write(store, key, data)
+
+
+_checkpoint._write = _hanging
+'''
+
+
+def test_a_hop_killed_before_its_checkpoint_written_behind_landed_costs_only_that_hop(
+        scenario, workers, home: Path) -> None:
+    """A hop hands on before its checkpoint is written (the write runs behind, in the writer
+    thread). Its worker killed before the write lands: the next hop waits for the file while
+    its writer could be alive, finds it missing, and runs that one hop again."""
+    from hoptune.tasks.worker._checkpoint import checkpoint_key
+
+    hook = home / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HANG_ONE_WRITE)
+    (hook / "hang-once").touch()
+    workers.env["PYTHONPATH"] = str(hook)
+    _one_owner_per_shard(workers)
+    study = scenario.start(configs=[{"lr": 0.01}], epochs=2)
+    rt = scenario.runtime()
+    (trial,) = rt.db.trials(study)
+    records = HopRecords(rt.db)
+
+    def handed_on() -> bool:
+        first = records.get(trial.id, 0, 0)
+        return first is not None and first.state == "done" \
+            and not (hook / "hang-once").exists()
+
+    scenario.wait_until(handed_on, 120, "the first hop recorded done and handed on")
+    first = records.get(trial.id, 0, 0)
+    time.sleep(0.5)  # the hanging write would have landed long since
+    assert not rt.store.exists(checkpoint_key(study, trial.id, 0, 0))
+    name = first.worker.split("@")[0]
+    workers.kill(name)
+    workers.start(name, workers.specs[name])
+    scenario.settle(study)
+    scenario.check(study, trained_twice_allowed=1)
+    assert scenario.trainings()[(trial.id, 0, 0)] == 2  # that hop, and no other, ran again
+    (again,) = [h for h in records.all(trial.id) if (h.epoch, h.position) == (0, 0)]
+    assert "does not exist" in (again.error or ""), again
+
+
 def test_every_worker_killed_mid_hop_and_restarted(scenario, workers) -> None:
     _one_owner_per_shard(workers)
     study = scenario.start()

@@ -1,16 +1,26 @@
-"""A worker's in-memory copy of a trial's latest checkpoint: used only while it is stored."""
+"""Checkpoints: their checksum (and the older one), a worker's in-memory copy of a trial's latest
+(used only while it is stored), and writes behind a hand-on that their reader waits for."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 import torch
 
-from hoptune.core import Store
+from hoptune.core import CheckpointError, Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import checkpoint_key, create_study, load_checkpoint, replay_trial
 from hoptune.tasks.study._inline import run_inline
 from hoptune.tasks.study._workflow import tune_step
-from hoptune.tasks.worker._checkpoint import Checkpoint, LatestCheckpoints, save_checkpoint
+from hoptune.tasks.worker._checkpoint import (
+    Checkpoint,
+    CheckpointWriter,
+    LatestCheckpoints,
+    encode_checkpoint,
+    save_checkpoint,
+)
 
 
 def _checkpoint(value: float) -> Checkpoint:
@@ -75,3 +85,61 @@ def test_hops_from_memory_give_bitwise_the_weights_of_hops_from_the_store(make_c
             assert torch.equal(tensor, replayed[name]), name
     for name in finals[0]:
         assert torch.equal(finals[0][name], finals[1][name]), name
+
+
+def test_a_checkpoint_written_with_a_sha256_trailer_still_reads(tmp_path) -> None:
+    import hashlib
+    import io
+
+    store = Store(str(tmp_path))
+    buffer = io.BytesIO()
+    torch.save({"model": {"w": torch.arange(4.0)}, "optimizer": {}, "samples": 4, "loss": 0.5},
+               buffer)
+    body = buffer.getvalue()
+    store.write_bytes("old.pt", body + b"HTCK" + hashlib.sha256(body).digest())
+    assert torch.equal(load_checkpoint(store, "old.pt").model["w"], torch.arange(4.0))
+    store.write_bytes("bad.pt", body[:-1] + bytes([body[-1] ^ 1]) + b"HTCK"
+                      + hashlib.sha256(body).digest())
+    with pytest.raises(CheckpointError, match="checksum"):
+        load_checkpoint(store, "bad.pt")
+
+
+def test_one_flipped_byte_anywhere_is_found(tmp_path) -> None:
+    store = Store(str(tmp_path))
+    save_checkpoint(store, "a.pt", _checkpoint(1.0))
+    data = store.read_bytes("a.pt")
+    for at in (0, len(data) // 2, len(data) - 30):
+        spoilt = bytearray(data)
+        spoilt[at] ^= 0x10
+        store.write_bytes("a.pt", bytes(spoilt))
+        with pytest.raises(CheckpointError, match="checksum"):
+            load_checkpoint(store, "a.pt")
+
+
+def test_a_reader_waits_for_a_checkpoint_written_behind_and_gives_up_after_its_bound(
+        tmp_path) -> None:
+    store = Store(str(tmp_path))
+    writer = CheckpointWriter()
+    data, digest = encode_checkpoint(_checkpoint(3.0))
+    later = threading.Timer(0.3, lambda: writer.write(store, "a.pt", data))
+    later.start()
+    assert load_checkpoint(store, "a.pt", wait=30).loss == 3.0  # waited, then read it whole
+    later.join()
+    started = time.monotonic()
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(store, "never.pt", wait=0.3)
+    assert time.monotonic() - started >= 0.3
+
+
+def test_a_kept_checkpoint_written_behind_is_taken_once_its_write_landed(tmp_path) -> None:
+    store = Store(str(tmp_path))
+    latest, writer = LatestCheckpoints(limit=2), CheckpointWriter()
+    mine = _checkpoint(1.0)
+    data, digest = encode_checkpoint(mine)
+    gate = threading.Event()
+    writer.write(store, "slow.pt", encode_checkpoint(_checkpoint(0.0))[0], then=gate.wait)
+    written = writer.write(store, "a.pt", data)  # queued behind the one that waits
+    latest.keep(7, "a.pt", digest, mine, written)
+    threading.Timer(0.2, gate.set).start()
+    assert latest.take(store, 7, "a.pt") is mine  # waited for its write, then compared
+    assert written.done()

@@ -6,9 +6,11 @@ import threading
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import update
 
 from hoptune.core import StudyError
 from hoptune.tuner import HopRecords, StudyDB, WorkerRecords, utcnow
+from hoptune.tuner._schema import studies
 
 
 def _study(db: StudyDB, **kw: object) -> int:
@@ -187,3 +189,27 @@ def test_a_hand_on_goes_to_an_idle_shard_and_is_recorded(db: StudyDB) -> None:
     assert db.epoch(first, 0).visit_order == [0, 2, 1]
     # the last hop of an epoch hands on to no hop
     assert HopRecords(db).hand_on(first, 0, 2, region="north", shards=3, live_after=live) is None
+
+
+def test_a_reading_transaction_never_waits_for_a_writer(db: StudyDB) -> None:
+    """What a hop checks before its claim reads while another process records (on SQLite a
+    plain transaction takes the write lock at once, so it would wait for that one)."""
+    sid = _study(db)
+    other = StudyDB(db.url)
+    seen: list[str] = []
+    try:
+        with db.transaction() as conn:  # a writer holding the database (SQLite: its lock)
+            conn.execute(update(studies).where(studies.c.id == sid).values(budget=5))
+            reader = threading.Thread(target=lambda: seen.append(_read_region(other, sid)),
+                                      daemon=True)
+            reader.start()
+            reader.join(timeout=20)  # a reader that waited would wait the busy timeout (60 s)
+            assert seen == ["north"], "the reader waited for the writer"
+        assert other.study(sid).budget == 5  # and a later one sees what was written
+    finally:
+        other.dispose()
+
+
+def _read_region(db: StudyDB, study_id: int) -> str:
+    with db.reading() as conn:
+        return db.study(study_id, conn).region
