@@ -268,6 +268,9 @@ def _report(results: dict) -> None:
         share = ", ".join(f"{_side(s, results)} **{e[s]['overhead_share']:.1%}** "
                           f"({e[s]['hops']} hops)"
                           for s in sides)
+        ratio = (f" Outside training, after against before: "
+                 f"**{e['after']['overhead_s'] / e['before']['overhead_s']:.2f}x**."
+                 if "before" in e else "")
         sections.append(f"""
 ### A ~{e['hop_seconds']:g} s hop ({e['rows_per_shard']:,} rows per shard)
 
@@ -277,7 +280,7 @@ Load average (1, 5, 15 min) before / after the pair: {e['load_before']} / {e['lo
 | --- |{' ---: |' * len(sides)}
 {rows}
 
-Share of a hop outside training: {share}.
+Share of a hop outside training: {share}.{ratio}
 """)
     parameters = results["sizes"][0]["parameters"] if results["sizes"] else 0
     # a run with --store is its own section: the headline section stays the bench as shipped
