@@ -161,6 +161,7 @@ class CheckpointWriter:
 
     def __init__(self) -> None:
         self._pool: ThreadPoolExecutor | None = None
+        self._pid = 0  # the process that started the thread: a forked child starts its own
         self._lock = threading.Lock()
 
     def write(self, store: Store, key: str, data: memoryview,
@@ -176,8 +177,9 @@ class CheckpointWriter:
                 then()
 
         with self._lock:
-            if self._pool is None:
+            if self._pool is None or self._pid != os.getpid():
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="hoptune-checkpoint")
+                self._pid = os.getpid()
             return self._pool.submit(job)
 
 

@@ -143,3 +143,23 @@ def test_a_kept_checkpoint_written_behind_is_taken_once_its_write_landed(tmp_pat
     threading.Timer(0.2, gate.set).start()
     assert latest.take(store, 7, "a.pt") is mine  # waited for its write, then compared
     assert written.done()
+
+
+def test_a_forked_child_writes_behind_with_a_thread_of_its_own(tmp_path) -> None:
+    """A pool worker forked from a process that already wrote behind would otherwise hand its
+    writes to a thread that does not exist in it, and wait for them forever."""
+    import os
+
+    store, writer = Store(str(tmp_path)), CheckpointWriter()
+    writer.write(store, "parent.pt", encode_checkpoint(_checkpoint(1.0))[0]).result()
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only once its own write landed
+        done = writer.write(store, "child.pt", encode_checkpoint(_checkpoint(2.0))[0])
+        try:
+            done.result(timeout=20)
+            os._exit(0)
+        except BaseException:  # noqa: BLE001 - any failure is the child's exit status
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert load_checkpoint(store, "child.pt").loss == 2.0
