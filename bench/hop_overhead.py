@@ -3,10 +3,12 @@
 One trial of a ~1M-parameter rating model hops between 2 real workers (one
 shard each) with nothing else running; the data is sized so one hop trains
 for about each of ``--hop-seconds`` (a short and a long hop). Each size runs
-twice in one go, side by side: with this checkout's code ("after") and with
-the code of ``--before REV`` (extracted with ``git archive`` and put first on
-the import path of the measuring process and its workers). From the recorded
-hops it takes the median of each part outside training:
+side by side in one go, with this checkout's code ("after") and with the code
+of ``--before REV`` (extracted with ``git archive`` and put first on the import
+path of the measuring process and its workers), ``--rounds`` times each,
+alternating (before, after, before, after), so a drift of the machine's load
+weighs on both sides alike. From the recorded hops of each side's rounds it
+takes the median of each part outside training:
 
 - dispatch: from the moment a hop is recorded finished (and hands on) to the
   moment the next hop starts on the other worker (message, broker, pickup);
@@ -19,7 +21,8 @@ standard AWS variables) each size also runs this checkout's code with the store
 there, beside the local folder ("after"), in a fresh prefix of its own: what
 the object store costs a hop.
 
-Usage: python bench/hop_overhead.py [--epochs 10] [--hop-seconds 0.04,1.0] [--before REV]
+Usage: python bench/hop_overhead.py [--epochs 10] [--hop-seconds 0.04,1.0] [--rounds 2]
+       [--before REV]
        [--store s3://BUCKET/PREFIX]
 Writes its section of BENCHMARKS.md; the last line is one JSON object.
 """
@@ -138,11 +141,9 @@ def _measure(rows_per_shard: int, epochs: int, store: str | None = None) -> dict
             follow(rt, app, [study], progress=False, timeout=1800)
             wall = time.monotonic() - started
         hops = HopRecords(rt.db).all(study_id=study)
-        figures = _figures(hops)
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    figures.update(hops=len(hops), wall_seconds=round(wall, 2))
-    return figures
+    return {"parts": _parts(hops), "wall_seconds": round(wall, 2)}
 
 
 def _before_tree(rev: str) -> Path:
@@ -177,6 +178,9 @@ def main() -> int:
     # 10 epochs: 10 hand-ons within an epoch for a long hop's dispatch median, 40 for a short
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--hop-seconds", default="0.04,1.0")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="runs of each side, alternating (default 2: before, after, before, "
+                             "after)")
     # the revision before shards = "auto" and the S3 store; an older one must read hops through
     # HopRecords as the measuring code does; "" measures this checkout alone
     parser.add_argument("--before", default="0017259")
@@ -201,12 +205,17 @@ def main() -> int:
             # a short hop needs more of them for a steady median
             epochs = args.epochs if seconds >= 0.5 else args.epochs * 4
             entry = {"hop_seconds": seconds, "rows_per_shard": rows, "parameters": parameters,
-                     "load_before": load_average()}
-            if tree is not None:
-                entry["before"] = _run(rows, epochs, tree)
-            entry["after"] = _run(rows, epochs, None)
-            if args.store:
-                entry["store"] = _run(rows, epochs, None, args.store)
+                     "rounds": args.rounds, "load_before": load_average()}
+            # the sides alternate, round after round (before, after, before, after, ...), so
+            # a drift of the machine's load weighs on both alike; each side's hops are pooled
+            runs: dict[str, list[dict]] = {}
+            for _ in range(args.rounds):
+                if tree is not None:
+                    runs.setdefault("before", []).append(_run(rows, epochs, tree))
+                runs.setdefault("after", []).append(_run(rows, epochs, None))
+                if args.store:
+                    runs.setdefault("store", []).append(_run(rows, epochs, None, args.store))
+            entry.update({side: _figures(side_runs) for side, side_runs in runs.items()})
             entry["load_after"] = load_average()
             results["sizes"].append(entry)
     finally:
@@ -220,28 +229,34 @@ def main() -> int:
     return 0
 
 
-def _figures(hops: list[HopRow]) -> dict:
-    """Medians of each part of a hop, in seconds, and the share outside training."""
+def _parts(hops: list[HopRow]) -> dict[str, list[float]]:
+    """Each part of each hop, in seconds (dispatch: each hand-on within an epoch)."""
     by_key = {(h.epoch, h.position): h for h in hops}
-    dispatch, load, train, save, record, inside = [], [], [], [], [], []
+    parts: dict[str, list[float]] = {k: [] for k in ("dispatch_s", "load_s", "train_s",
+                                                     "save_s", "record_s")}
     for h in hops:
         total = (h.finished_at - h.started_at).total_seconds()
-        inside.append(total)
-        train.append(h.train_seconds)
-        load.append(h.load_seconds)
-        save.append(h.save_seconds)
-        record.append(total - h.train_seconds - h.load_seconds - h.save_seconds)
+        parts["train_s"].append(h.train_seconds)
+        parts["load_s"].append(h.load_seconds)
+        parts["save_s"].append(h.save_seconds)
+        parts["record_s"].append(total - h.train_seconds - h.load_seconds - h.save_seconds)
         before = by_key.get((h.epoch, h.position - 1))
         if before is not None:  # a hand-on within an epoch (not after a validation)
-            dispatch.append((h.started_at - before.finished_at).total_seconds())
-    med = {name: statistics.median(values) for name, values in
-           [("dispatch_s", dispatch), ("load_s", load), ("train_s", train), ("save_s", save),
-            ("record_s", record)]}
+            parts["dispatch_s"].append((h.started_at - before.finished_at).total_seconds())
+    return parts
+
+
+def _figures(runs: list[dict]) -> dict:
+    """Medians of each part of a hop over the hops of ``runs`` (one side's rounds), in
+    seconds, and the share outside training."""
+    pooled = {k: [x for r in runs for x in r["parts"][k]] for k in runs[0]["parts"]}
+    med = {name: statistics.median(values) for name, values in pooled.items()}
     overhead = med["dispatch_s"] + med["load_s"] + med["save_s"] + med["record_s"]
     hop = overhead + med["train_s"]
     out = {k: round(v, 4) for k, v in med.items()}
     out.update(overhead_s=round(overhead, 4), hop_s=round(hop, 4),
-               overhead_share=round(overhead / hop, 4))
+               overhead_share=round(overhead / hop, 4), hops=len(pooled["train_s"]),
+               wall_seconds=[r["wall_seconds"] for r in runs])
     return out
 
 
@@ -283,6 +298,7 @@ Load average (1, 5, 15 min) before / after the pair: {e['load_before']} / {e['lo
 Share of a hop outside training: {share}.{ratio}
 """)
     parameters = results["sizes"][0]["parameters"] if results["sizes"] else 0
+    rounds = results["sizes"][0]["rounds"] if results["sizes"] else 0
     # a run with --store is its own section: the headline section stays the bench as shipped
     name, title = (("hop_overhead_store", "Hop overhead, the store on S3 against a folder")
                    if results["store"] else ("hop_overhead", "Hop overhead"))
@@ -299,8 +315,9 @@ Share of a hop outside training: {share}.{ratio}
 Machine: {machine()}. Command: `{command()}`.
 One trial of the rating model ({parameters:,} parameters, `fused_adamw`, which runs its
 torch reference path on a CPU) hopping between 2 real workers (one shard each) on the
-embedded Redis, SQLite study database and store folder; medians over the hops (dispatch
-over the hand-ons within an epoch). {before}"after" is this checkout (a hop's checkpoint
+embedded Redis, SQLite study database and store folder; each side run {rounds} times,
+alternating with the other; medians over the hops of its runs (dispatch over the hand-ons
+within an epoch). {before}"after" is this checkout (a hop's checkpoint
 serialised into a buffer sized up front, checksummed with XXH3-128 instead of SHA-256 and
 torch's per-record CRC-32, and written behind its hand-on by the worker's writer thread; the
 hop's checks read in one transaction that takes no write lock; its progress event sent
