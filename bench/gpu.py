@@ -100,7 +100,7 @@ def fused_adamw_path(device: torch.device) -> str:
 def hop_parts(home: Path, devices: list[str], rows_per_shard: int, epochs: int
               ) -> dict[str, float]:
     """One trial of the bench rating model hopping on 2 workers on ``devices``: hop medians."""
-    from bench.hop_overhead import _figures, _write
+    from bench.hop_overhead import _figures, _parts, _write
     from hoptune.core import Settings, Store
     from hoptune.regions import ingest, load_config
     from hoptune.tasks import app
@@ -119,7 +119,8 @@ def hop_parts(home: Path, devices: list[str], rows_per_shard: int, epochs: int
             start_studies(app, [study])
             follow(rt, app, [study], progress=False, timeout=3600)
             wall = time.monotonic() - started
-        figures = _figures(HopRecords(rt.db).all(study_id=study))
+        figures = _figures([{"parts": _parts(HopRecords(rt.db).all(study_id=study)),
+                             "wall_seconds": round(wall, 2)}])
     finally:
         rt.db.dispose()
     return {**figures, "wall_seconds": round(wall, 2)}
