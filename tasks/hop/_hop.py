@@ -53,6 +53,7 @@ from hoptune.tasks.worker import (
     set_aside,
     study_manifest,
     tune_step_dispatch,
+    write_encoded,
 )
 from hoptune.tuner import ACTIVE_STATES, EpochRow, HopRecords, StudyRow, TrialRow, utcnow
 
@@ -339,7 +340,7 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
         report.written = rt.writer.write(rt.store, key, data, then=lambda: _drop_old_checkpoints(
             rt.store, c.study.id, c.trial.id, epoch, position, c.region.shards))
     else:
-        rt.store.write_with(key, lambda fh: fh.write(data), durable=False)
+        write_encoded(rt.store, key, data)
     rt.latest.keep(c.trial.id, key, digest, checkpoint, report.written)
     report.save_seconds = time.perf_counter() - started
 

@@ -23,6 +23,7 @@ _NAMES = {
     "load_checkpoint": "hoptune.tasks.worker._checkpoint",
     "previous_position": "hoptune.tasks.worker._checkpoint",
     "save_checkpoint": "hoptune.tasks.worker._checkpoint",
+    "write_encoded": "hoptune.tasks.worker._checkpoint",
     "set_aside": "hoptune.tasks.worker._checkpoint",
     "SetAsideConsumer": "hoptune.tasks.worker._consumer",
     "DEAD_LETTERS": "hoptune.tasks.worker._dead_letter",

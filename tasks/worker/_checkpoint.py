@@ -55,16 +55,20 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Checkpoint", "CheckpointWriter", "LatestCheckpoints", "checkpoint_key",
-           "encode_checkpoint", "previous_position", "save_checkpoint", "load_checkpoint",
-           "stored_digest", "set_aside", "keep_final", "checkpoints_in_memory"]
+           "encode_checkpoint", "previous_position", "save_checkpoint", "write_encoded",
+           "load_checkpoint", "stored_digest", "set_aside", "keep_final",
+           "checkpoints_in_memory"]
 
 log = logging.getLogger(__name__)
 
 _TRAILER = b"HTX3"  # then the XXH3-128 of the bytes before it
-_DIGEST = 16
-_OLD_TRAILER = b"HTCK"  # then the SHA-256 of the bytes before it (checkpoints written before)
-_OLD_DIGEST = hashlib.sha256().digest_size
-_TAIL = max(len(_TRAILER) + _DIGEST, len(_OLD_TRAILER) + _OLD_DIGEST)
+#: Each trailer a checkpoint may end with: its tag, its digest's size, and the digest's function
+#: (the first is written; the SHA-256 one, by earlier releases, still reads).
+_TRAILERS: tuple[tuple[bytes, int, Callable[[Any], bytes]], ...] = (
+    (_TRAILER, 16, lambda body: xxhash.xxh3_128(body).digest()),
+    (b"HTCK", hashlib.sha256().digest_size, lambda body: hashlib.sha256(body).digest()),
+)
+_TAIL = max(len(tag) + size for tag, size, _ in _TRAILERS)
 
 
 def checkpoint_key(study_id: int, trial_id: int, epoch: int, position: int) -> str:
@@ -143,11 +147,12 @@ def _without_torch_crc() -> Iterator[None]:
 def save_checkpoint(store: Store, key: str, checkpoint: Checkpoint) -> bytes:
     """Write the checkpoint atomically, unsynced, now. Returns the digest its trailer carries."""
     data, digest = encode_checkpoint(checkpoint)
-    _write(store, key, data)
+    write_encoded(store, key, data)
     return digest
 
 
-def _write(store: Store, key: str, data: memoryview) -> None:
+def write_encoded(store: Store, key: str, data: memoryview) -> None:
+    """Write a checkpoint's bytes (``encode_checkpoint``'s) atomically, unsynced."""
     store.write_with(key, lambda fh: fh.write(data), durable=False)
 
 
@@ -168,7 +173,7 @@ class CheckpointWriter:
               then: Callable[[], None] | None = None) -> Future[None]:
         def job() -> None:
             try:
-                _write(store, key, data)
+                write_encoded(store, key, data)
             except Exception:
                 log.error("checkpoint %s could not be written: the hop that reads it runs the "
                           "hop that wrote it again", key, exc_info=True)
@@ -192,21 +197,15 @@ def stored_digest(store: Store, key: str) -> bytes | None:
     return _trailer(tail)[1]
 
 
-def _trailer(data: bytes | memoryview) -> tuple[int, bytes | None]:
-    """How many bytes at the end of ``data`` are its trailer, and the digest it carries."""
-    new, old = len(_TRAILER) + _DIGEST, len(_OLD_TRAILER) + _OLD_DIGEST
-    if len(data) >= new and bytes(data[-new:-_DIGEST]) == _TRAILER:
-        return new, bytes(data[-_DIGEST:])
-    if len(data) >= old and bytes(data[-old:-_OLD_DIGEST]) == _OLD_TRAILER:
-        return old, bytes(data[-_OLD_DIGEST:])
-    return 0, None
-
-
-def _digest_of(body: bytes | memoryview, size: int) -> bytes:
-    """The digest of ``body`` a trailer of ``size`` bytes carries."""
-    if size == len(_TRAILER) + _DIGEST:
-        return xxhash.xxh3_128(body).digest()
-    return hashlib.sha256(body).digest()
+def _trailer(data: bytes | memoryview
+             ) -> tuple[int, bytes | None, Callable[[Any], bytes] | None]:
+    """How many bytes at the end of ``data`` are its trailer, the digest it carries and the
+    function that computes it; (0, None, None) for data without one."""
+    for tag, size, digest_of in _TRAILERS:
+        end = len(tag) + size
+        if len(data) >= end and bytes(data[-end:-size]) == tag:
+            return end, bytes(data[-size:]), digest_of
+    return 0, None, None
 
 
 def checkpoints_in_memory() -> int:
@@ -273,8 +272,8 @@ def load_checkpoint(store: Store, key: str, device: torch.device | None = None, 
         data = store.read_bytes(key)
     except StoreError:
         raise CheckpointError(key, "it does not exist") from None
-    size, digest = _trailer(data)
-    if digest is not None and _digest_of(memoryview(data)[: len(data) - size], size) != digest:
+    size, digest, digest_of = _trailer(data)
+    if digest_of is not None and digest_of(memoryview(data)[: len(data) - size]) != digest:
         raise CheckpointError(key, "its checksum does not match its bytes")
     try:
         # read whole, trailer and all (the zip's directory is found from its end, the bytes

@@ -57,7 +57,7 @@ from pathlib import Path
 from hoptune.tasks.worker import _checkpoint
 
 MARK = Path(__file__).with_name("hang-once")
-_write = _checkpoint._write
+_write = _checkpoint.write_encoded
 
 
 def _hanging(store, key, data):
@@ -71,7 +71,7 @@ def _hanging(store, key, data):
     _write(store, key, data)
 
 
-_checkpoint._write = _hanging
+_checkpoint.write_encoded = _hanging
 '''
 
 
