@@ -94,6 +94,31 @@ class Store:
         except FileNotFoundError as exc:
             raise StoreError(f"store {self.url}: no object {key}") from exc
 
+    def read_into(self, key: str, allocate: Callable[[int], T]) -> T:
+        """The object under ``key`` read into ``allocate(size)``: a writable buffer of at least
+        its size, which is returned. On a file system the bytes go straight into it."""
+        def read() -> T:
+            if not self.local:
+                data = self.fs.cat_file(self.path(key))
+                buffer = allocate(len(data))
+                memoryview(buffer).cast("B")[: len(data)] = data
+                return buffer
+            with open(self.path(key), "rb", buffering=0) as fh:
+                size = os.fstat(fh.fileno()).st_size
+                buffer = allocate(size)
+                view, done = memoryview(buffer).cast("B")[:size], 0
+                while done < size:
+                    got = fh.readinto(view[done:])
+                    if not got:
+                        raise OSError(f"the file ended after {done} of its {size} bytes")
+                    done += got
+                return buffer
+
+        try:
+            return self._call(read, "read", key)
+        except FileNotFoundError as exc:
+            raise StoreError(f"store {self.url}: no object {key}") from exc
+
     def write_bytes(self, key: str, data: bytes) -> None:
         """Write ``data`` under ``key`` atomically (temporary name, then rename)."""
         self.write_with(key, lambda fh: fh.write(data))

@@ -100,8 +100,15 @@ def write_version(store: Store, region: str, version: str, weights: dict[str, to
     """
     import torch
 
+    # each tensor in memory of its own: a view of a checkpoint's buffer (a flat checkpoint
+    # loads so) would save the whole buffer, or not save at all beside views of other dtypes;
+    # a tensor named twice (tied weights) stays one
+    own: dict[int, torch.Tensor] = {}
+    for t in weights.values():
+        if id(t) not in own:
+            own[id(t)] = t.detach().clone()
     buffer = io.BytesIO()
-    torch.save(weights, buffer)
+    torch.save({name: own[id(t)] for name, t in weights.items()}, buffer)
     folder = f"{_prefix(region)}/{version}"
     pointer = _pointer(store, region)
     store.write_bytes(f"{folder}/weights.pt", buffer.getvalue())

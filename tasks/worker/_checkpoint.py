@@ -1,9 +1,12 @@
 """Checkpoints: a trial's model and optimizer state after one hop.
 
 Keyed by (study, trial, epoch, position in the visit order), so a hop knows
-before it trains whether its output already exists. Serialised with
-``torch.save`` into memory and written to the store atomically; loaded with
-``weights_only=True`` (tensors and plain containers only, never pickled code).
+before it trains whether its output already exists. Laid out flat into memory
+(``_flat``: a header, then each tensor's raw bytes; loaded as views of the
+bytes read, no copy) and written to the store atomically. What the flat layout
+does not carry (tensors sharing memory, values of other types) is written with
+``torch.save`` instead, and loaded with ``weights_only=True`` (tensors and
+plain containers only, never pickled code), as every checkpoint written before.
 
 Each checkpoint ends with a checksum of the bytes before it (``HTX3`` and the
 128-bit XXH3 of them; one written before carries ``HTCK`` and a SHA-256, and
@@ -50,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from hoptune.core import CheckpointError, Store, StoreError
+from hoptune.tasks.worker import _flat
 
 if TYPE_CHECKING:
     import torch
@@ -98,15 +102,29 @@ class Checkpoint:
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> tuple[memoryview, bytes]:
-    """The checkpoint's bytes as stored (``torch.save``'s, then the trailer) and their digest."""
-    import torch
-
+    """The checkpoint's bytes as stored (flat, or ``torch.save``'s where the flat layout does
+    not carry it: ``_flat``), then the trailer, and their digest."""
     payload = {
         "model": checkpoint.model,
         "optimizer": checkpoint.optimizer,
         "samples": checkpoint.samples,
         "loss": checkpoint.loss,
     }
+    room = len(_TRAILER) + 16
+    try:
+        data = memoryview(_flat.encode(payload, room)).cast("B")
+    except _flat.NotFlat:
+        return _encode_saved(payload)
+    body = data[: len(data) - room]
+    digest = xxhash.xxh3_128(body).digest()
+    data[len(body):] = _TRAILER + digest
+    return data, digest
+
+
+def _encode_saved(payload: dict[str, Any]) -> tuple[memoryview, bytes]:
+    """``payload`` in ``torch.save``'s format, then the trailer, and their digest."""
+    import torch
+
     # sized up front from its tensors (and room for the rest): no regrowing copies as it fills
     buffer = io.BytesIO(bytes(_tensor_bytes(payload) + (1 << 16)))
     with _without_torch_crc():
@@ -264,23 +282,27 @@ def load_checkpoint(store: Store, key: str, device: torch.device | None = None, 
     its hop's hand-on, by a writer that may still be alive).
     ``CheckpointError`` if it is missing (after ``wait``) or damaged.
     """
+    import numpy as np
     import torch
 
     if wait > 0:
         _await(store, key, wait)
     try:
-        data = store.read_bytes(key)
+        data = store.read_into(key, lambda n: np.empty(n, dtype=np.uint8))
     except StoreError:
         raise CheckpointError(key, "it does not exist") from None
     size, digest, digest_of = _trailer(data)
-    if digest_of is not None and digest_of(memoryview(data)[: len(data) - size]) != digest:
+    length = len(data) - size
+    if digest_of is not None and digest_of(data[:length]) != digest:
         raise CheckpointError(key, "its checksum does not match its bytes")
     try:
-        # read whole, trailer and all (the zip's directory is found from its end, the bytes
-        # after it ignored): no copy of the body; torch.load checks one written before checksums
-        raw = torch.load(io.BytesIO(data), map_location=device or torch.device("cpu"),
-                         weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any failure to unpickle means unreadable
+        if _flat.is_flat(data):  # its tensors are views of the bytes just read: no copy
+            raw = _flat.decode(data, length, device)
+        else:  # torch.save's (read whole, trailer and all: the zip's directory is found from
+            # its end); torch.load checks one written before checksums
+            raw = torch.load(io.BytesIO(memoryview(data)), weights_only=True,
+                             map_location=device or torch.device("cpu"))
+    except Exception as exc:  # noqa: BLE001 - any failure to decode means unreadable
         reason = "" if digest else f"no checksum at its end ({len(data)} bytes: truncated?); "
         raise CheckpointError(key, f"{reason}{type(exc).__name__}: "
                                    f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc

@@ -69,3 +69,19 @@ def test_a_writer_that_dies_leaves_no_version_and_its_leftovers_are_removed(
     assert removed == ["v0001", "v0002"]
     assert store.list("models/north") == []
     assert caplog.text.count("left half-written by a writer that died") == 2
+
+
+def test_weights_loaded_from_a_flat_checkpoint_are_saved_on_their_own(store: Store) -> None:
+    from hoptune.tasks.worker import _flat
+    from hoptune.tuner import load_weights
+
+    big = {"w": torch.arange(6.0).reshape(2, 3), "n": torch.arange(3),
+           "exp_avg": torch.zeros(100_000)}  # the optimizer's state, in the same buffer
+    data = _flat.encode(big)
+    viewed = _flat.decode(data, len(data))
+    weights = {"w": viewed["w"], "n": viewed["n"], "tied": viewed["w"]}  # views of one buffer
+    write_version(store, "north", "v0001", weights, _card("v0001"))
+    assert store.size("models/north/v0001/weights.pt") < 10_000  # not the whole buffer
+    back = load_weights(store, "north", "v0001")
+    assert torch.equal(back["w"], big["w"]) and torch.equal(back["n"], big["n"])
+    assert back["tied"].data_ptr() == back["w"].data_ptr()  # named twice, saved once
