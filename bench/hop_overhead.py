@@ -318,10 +318,11 @@ torch reference path on a CPU) hopping between 2 real workers (one shard each) o
 embedded Redis, SQLite study database and store folder; each side run {rounds} times,
 alternating with the other; medians over the hops of its runs (dispatch over the hand-ons
 within an epoch). {before}"after" is this checkout (a hop's checkpoint
-serialised into a buffer sized up front, checksummed with XXH3-128 instead of SHA-256 and
-torch's per-record CRC-32, and written behind its hand-on by the worker's writer thread; the
-hop's checks read in one transaction that takes no write lock; its progress event sent
-after the next hop's message). With
+laid out flat, a header and each tensor's raw bytes, instead of `torch.save`'s archive, and
+loaded as views of the bytes read instead of copies; checksummed with XXH3-128 instead of
+SHA-256 and torch's per-record CRC-32, and written behind its hand-on by the worker's writer
+thread; the hop's checks of its message read in one transaction that takes no write lock;
+its progress event sent after the next hop's message). With
 one trial on two single-shard workers a hop within an epoch always lands on the other
 worker; the memory pays at the epoch's first hop, placed back on the worker that ran the
 last one.{store}

@@ -20,13 +20,16 @@ its own (the inline runner, a test's runtime) owns every shard.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from hoptune.core import StudyError
 from hoptune.tasks.worker import Runtime, hop_queue, parse_shard_spec
 from hoptune.tuner import EpochRow, HopRecords, StudyRow, TrialRow, WorkerRecords
 
-__all__ = ["Admitted", "admit", "hop_name", "owns", "refusal"]
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+__all__ = ["Admitted", "admission", "admit", "hop_name", "owns", "refusal"]
 
 
 class Admitted(NamedTuple):
@@ -42,12 +45,17 @@ def hop_name(trial_id: int, epoch: int, position: int) -> str:
     return f"hop of trial {trial_id} epoch {epoch} position {position}"
 
 
-def refusal(rt: Runtime, region: str, study_id: int, shard: int) -> StudyRow | str:
+def refusal(rt: Runtime, region: str, study_id: int, shard: int, conn: Connection | None = None
+            ) -> StudyRow | str:
     """The study a hop or cohort message of ``region``'s ``shard`` names, or why this worker
-    may not act on it: no such study, another region's, or a shard it does not own."""
+    may not act on it: no such study, another region's, or a shard it does not own. ``conn``:
+    a transaction to read in (``admission``'s), else one of its own."""
     try:
-        with rt.db.reading() as conn:
+        if conn is not None:
             study = rt.db.study(study_id, conn)
+        else:
+            with rt.db.reading() as conn:
+                study = rt.db.study(study_id, conn)
     except StudyError as exc:
         return str(exc)
     if study.region != region:
@@ -70,30 +78,44 @@ def owns(rt: Runtime, region: str, shard: int) -> bool:
                for t in WorkerRecords(rt.db).takeovers())
 
 
+def admission(rt: Runtime, region: str, study_id: int, shard: int, trial_id: int, epoch: int,
+              position: int) -> Admitted | str:
+    """``refusal`` and then ``admit`` of a hop message, read in one transaction."""
+    with rt.db.reading() as conn:
+        study = refusal(rt, region, study_id, shard, conn)
+        if isinstance(study, str):
+            return f"{hop_name(trial_id, epoch, position)}: {study}"
+        return admit(rt, trial_id, epoch, position, study=study, shard=shard, conn=conn)
+
+
 def admit(rt: Runtime, trial_id: int, epoch: int, position: int, *,
-          study: StudyRow | None = None, shard: int | None = None) -> Admitted | str:
+          study: StudyRow | None = None, shard: int | None = None,
+          conn: Connection | None = None) -> Admitted | str:
     """The rows of hop (trial, epoch, position), or why no worker may act on a message naming
     it: the trial, its epoch or the hop is not recorded, the trial is not of ``study`` (the
-    message's), or the hop was placed on another shard than ``shard`` (the message's)."""
+    message's), or the hop was placed on another shard than ``shard`` (the message's).
+    ``conn``: a transaction to read in, else one of its own."""
+    if conn is None:
+        with rt.db.reading() as conn:  # one transaction, which takes no write lock
+            return admit(rt, trial_id, epoch, position, study=study, shard=shard, conn=conn)
     db = rt.db
     where = hop_name(trial_id, epoch, position)
-    with db.reading() as conn:  # one transaction, which takes no write lock
-        try:
-            trial = db.trial(trial_id, conn)
-        except StudyError as exc:
-            return f"{where}: {exc}"
-        if study is None:
-            study = db.study(trial.study_id, conn)
-        elif trial.study_id != study.id:
-            return f"{where}: trial {trial_id} is of study {trial.study_id}, not {study.id}"
-        record = db.epoch(trial_id, epoch, conn)
-        if record is None:
-            return f"{where}: trial {trial_id} has no epoch {epoch}"
-        if position >= len(record.visit_order):
-            return (f"{where}: an epoch of study {study.id} has {len(record.visit_order)} "
-                    f"positions")
-        if HopRecords(db).get(trial_id, epoch, position, conn) is None:
-            return f"{where}: never queued"
+    try:
+        trial = db.trial(trial_id, conn)
+    except StudyError as exc:
+        return f"{where}: {exc}"
+    if study is None:
+        study = db.study(trial.study_id, conn)
+    elif trial.study_id != study.id:
+        return f"{where}: trial {trial_id} is of study {trial.study_id}, not {study.id}"
+    record = db.epoch(trial_id, epoch, conn)
+    if record is None:
+        return f"{where}: trial {trial_id} has no epoch {epoch}"
+    if position >= len(record.visit_order):
+        return (f"{where}: an epoch of study {study.id} has {len(record.visit_order)} "
+                f"positions")
+    if HopRecords(db).get(trial_id, epoch, position, conn) is None:
+        return f"{where}: never queued"
     placed = record.visit_order[position]
     if shard is not None and placed != shard:
         return f"{where}: placed on shard {placed}, not {shard}"

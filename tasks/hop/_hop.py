@@ -26,7 +26,7 @@ import torch
 
 from hoptune.core import CheckpointError
 from hoptune.regions import RegionConfig, get_family
-from hoptune.tasks.hop._admission import admit, hop_name, refusal
+from hoptune.tasks.hop._admission import Admitted, admission, admit
 from hoptune.tasks.hop._delivery import Claimed, EpochEnd, HopReport
 from hoptune.tasks.hop._training import (
     TrainedPass,
@@ -125,15 +125,15 @@ def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
     with its reason, any other is retried once (``report.retry``). An input
     checkpoint that cannot be read is set aside and the hop that wrote it runs again.
     """
-    study: StudyRow | None = None
-    if message is not None:
-        found = refusal(rt, message.region, message.study, message.shard)
+    admitted: Admitted | None = None
+    if message is not None:  # its checks read in one transaction
+        found = admission(rt, message.region, message.study, message.shard, trial_id, epoch,
+                          position)
         if isinstance(found, str):
-            return set_aside_report(HopReport(trial_id, epoch, position, message.shard),
-                                    f"{hop_name(trial_id, epoch, position)}: {found}")
-        study = found
+            return set_aside_report(HopReport(trial_id, epoch, position, message.shard), found)
+        admitted = found
     claimed = claim(rt, trial_id, epoch, position, None if message is None else message.shard,
-                    study=study, again=again)
+                    admitted=admitted, again=again)
     if isinstance(claimed, HopReport):
         return claimed
     return finish(rt, claimed, on_progress)
@@ -146,16 +146,20 @@ def set_aside_report(report: HopReport, reason: str) -> HopReport:
 
 
 def claim(rt: Runtime, trial_id: int, epoch: int, position: int, shard: int | None = None, *,
-          study: StudyRow | None = None, again: bool = True) -> Claimed | HopReport:
+          study: StudyRow | None = None, admitted: Admitted | None = None, again: bool = True
+          ) -> Claimed | HopReport:
     """Claim hop (trial, epoch, position) for this worker, or the final report of a delivery
     that may not train it. ``shard`` and ``study`` are the message's, where it named them
     (``study`` checked already): a hop the database does not record so, on another shard
-    or of another study, is set aside (``admit``). ``again`` is ``run_hop``'s."""
+    or of another study, is set aside (``admit``), unless it was ``admitted`` already.
+    ``again`` is ``run_hop``'s."""
     db = rt.db
     report = HopReport(trial_id, epoch, position, -1 if shard is None else shard)
-    admitted = admit(rt, trial_id, epoch, position, study=study, shard=shard)
-    if isinstance(admitted, str):
-        return set_aside_report(report, admitted)
+    if admitted is None:
+        found = admit(rt, trial_id, epoch, position, study=study, shard=shard)
+        if isinstance(found, str):
+            return set_aside_report(report, found)
+        admitted = found
     study, trial, record = admitted
     report.shard = record.visit_order[position]
     if trial.state not in ACTIVE_STATES:
