@@ -25,11 +25,12 @@ from typing import Any
 import torch
 
 from hoptune.core import CheckpointError
-from hoptune.regions import RegionConfig, get_family
+from hoptune.regions import RegionConfig
 from hoptune.tasks.hop._admission import Admitted, admission, admit
 from hoptune.tasks.hop._delivery import Claimed, EpochEnd, HopReport
 from hoptune.tasks.hop._training import (
     TrainedPass,
+    bare_trial_model,
     build_trial_model,
     make_trial_optimizer,
     train_pass,
@@ -97,8 +98,7 @@ def model_at(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow
     checkpoint = rt.latest.take(rt.store, trial.id, key) if reuse else None
     if checkpoint is None:
         checkpoint = load_checkpoint(rt.store, key, rt.device, wait=wait)
-    with torch.device("meta"):
-        model = get_family(region).build(trial.params, meta)
+    model = bare_trial_model(region, trial.params, meta)
     model.load_state_dict(checkpoint.model, assign=True)
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         # a tensor the state_dict does not carry (a non-persistent buffer): build for real
