@@ -20,6 +20,7 @@ from hoptune.tasks.worker import (
     Dispatch,
     Heartbeat,
     WorkerInfoStep,
+    keep_freed_memory,
     parse_cohort,
     parse_hop,
     parse_shard_spec,
@@ -243,6 +244,7 @@ def _start_training_process(**_: Any) -> None:
 
     from hoptune import kernels
 
+    keep_freed_memory()  # a hop's checkpoint-sized buffers reused, not faulted in anew
     torch.set_num_threads(int(os.environ.get("HOPTUNE_TORCH_THREADS", "1")))
     for name in _TRAINING_MODULES:
         importlib.import_module(name)

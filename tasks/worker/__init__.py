@@ -48,6 +48,7 @@ _NAMES = {
     "host_class": "hoptune.tasks.worker._liveness",
     "live_after": "hoptune.tasks.worker._liveness",
     "liveness_seconds": "hoptune.tasks.worker._liveness",
+    "keep_freed_memory": "hoptune.tasks.worker._memory",
     "BadMessage": "hoptune.tasks.worker._messages",
     "CONTROL_QUEUE": "hoptune.tasks.worker._messages",
     "CohortMessage": "hoptune.tasks.worker._messages",
