@@ -83,8 +83,14 @@ def _write(home: Path, rows: int, epochs: int) -> Path:
     return config
 
 
-def _calibrate(home: Path, hop_seconds: float) -> tuple[int, int]:
-    """Rows per shard that make one hop train for about ``hop_seconds``; and the model size."""
+def _calibrate(home: Path, hop_seconds: float, epochs: int) -> tuple[int, int]:
+    """Rows per shard that make a hop of an ``epochs``-epoch run train for about
+    ``hop_seconds`` on average; and the model size.
+
+    A pass gets faster as the trial trains (a fifth of a second in three on the
+    rating model), so the rate is the mean over as many passes as the run makes
+    (two shards an epoch; at most 20), not the fastest of the first few.
+    """
     import torch
 
     from hoptune.core import Store
@@ -99,13 +105,9 @@ def _calibrate(home: Path, hop_seconds: float) -> tuple[int, int]:
     model = build_trial_model(region, params, 0, manifest["meta"])
     optimizer = make_trial_optimizer(region, params, model)
     shard = load_shard(store, manifest, 0)
-    train_pass(region, model, optimizer, shard, seed=0, epoch=0, shard=0, position=0,
-               params=params)  # warm-up
-    # the fastest of three passes: the machine is shared, a slow pass measures the neighbours
-    rate = max(p.samples / p.seconds for p in
-               (train_pass(region, model, optimizer, shard, seed=0, epoch=e, shard=0, position=0,
-                           params=params)
-                for e in range(1, 4)))
+    passes = [train_pass(region, model, optimizer, shard, seed=0, epoch=e, shard=0,
+                         position=0, params=params) for e in range(min(2 * epochs, 20))]
+    rate = sum(p.samples for p in passes) / sum(p.seconds for p in passes)
     shutil.rmtree(home / "calibration")
     size = sum(p.numel() for p in model.parameters())
     return int(rate * hop_seconds), size
@@ -197,13 +199,13 @@ def main() -> int:
     results: dict = {"before": args.before, "store": args.store, "sizes": []}
     try:
         for seconds in (float(x) for x in args.hop_seconds.split(",")):
-            home = Path(tempfile.mkdtemp(prefix="htcal-"))
-            try:
-                rows, parameters = _calibrate(home, seconds)
-            finally:
-                shutil.rmtree(home, ignore_errors=True)
             # a short hop needs more of them for a steady median
             epochs = args.epochs if seconds >= 0.5 else args.epochs * 4
+            home = Path(tempfile.mkdtemp(prefix="htcal-"))
+            try:
+                rows, parameters = _calibrate(home, seconds, epochs)
+            finally:
+                shutil.rmtree(home, ignore_errors=True)
             entry = {"hop_seconds": seconds, "rows_per_shard": rows, "parameters": parameters,
                      "rounds": args.rounds, "load_before": load_average()}
             # the sides alternate, round after round (before, after, before, after, ...), so
