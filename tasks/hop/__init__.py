@@ -21,6 +21,7 @@ _NAMES = {
     "EpochEnd": "hoptune.tasks.hop._delivery",
     "HopReport": "hoptune.tasks.hop._delivery",
     "model_at": "hoptune.tasks.hop._hop",
+    "rewind": "hoptune.tasks.hop._hop",
     "run_hop": "hoptune.tasks.hop._hop",
     "wait_written": "hoptune.tasks.hop._hop",
     "replay_trial": "hoptune.tasks.hop._replay",

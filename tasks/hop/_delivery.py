@@ -27,6 +27,8 @@ class EpochEnd:
 
     ``model`` holds the weights the hop trained, or None when this delivery did no
     training (a redelivery); the workflow then reads them from the checkpoint.
+    ``written``: the write of the hop's checkpoint, behind its hand-on (``save``), which the
+    workflow waits for before it decides the epoch; None: written already.
     """
 
     region: RegionConfig
@@ -35,6 +37,7 @@ class EpochEnd:
     epoch: int
     model: torch.nn.Module | None
     manifest: dict[str, Any]
+    written: Future[None] | None = None
 
 
 @dataclass

@@ -54,12 +54,11 @@ from hoptune.tasks.worker import (
     set_aside,
     study_manifest,
     tune_step_dispatch,
-    write_encoded,
 )
 from hoptune.tuner import ACTIVE_STATES, EpochRow, HopRecords, StudyRow, TrialRow, utcnow
 
 __all__ = ["BuildFailed", "claim", "finish", "model_at", "readable", "release", "restore",
-           "restore_trial", "run_hop", "save", "set_aside_report", "train_alone",
+           "restore_trial", "rewind", "run_hop", "save", "set_aside_report", "train_alone",
            "wait_written"]
 
 log = logging.getLogger(__name__)
@@ -228,7 +227,7 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
             try:
                 model, _ = model_at(rt, region, study, trial, epoch, position, manifest["meta"])
             except CheckpointError as exc:  # this hop's own output: it runs again
-                return _rewind(rt, region, study, trial, report, exc, at=(epoch, position))
+                return rewind(rt, region, study, trial, report, exc, at=(epoch, position))
             report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)
         return report
     done = None if c.in_pass else readable(store, key)
@@ -239,7 +238,7 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
         try:
             model = train(rt, c, manifest, key)
         except CheckpointError as exc:
-            return _rewind(rt, region, study, trial, report, exc)
+            return rewind(rt, region, study, trial, report, exc)
         except TRANSIENT:
             HopRecords(db).release(trial_id, epoch, position, holder=rt.holder)
             raise
@@ -281,7 +280,7 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
             report.dispatch.append(
                 hop_dispatch(region.name, study.id, trial_id, epoch, position + 1, queued))
         return report
-    report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)
+    report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest, report.written)
     return report
 
 
@@ -326,10 +325,11 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
          optimizer: torch.optim.Optimizer, trained: TrainedPass) -> None:
     """Write the trained hop's checkpoint (and keep it in memory) and fill in its report.
 
-    A hop with a successor in its epoch serialises its checkpoint here and leaves
-    the write to the process's writer (``report.written``), behind its hand-on:
-    the successor's reader waits for it. An epoch's last hop writes it now: the
-    epoch's end (validation, selection, promotion) reads it.
+    The hop serialises its checkpoint here and leaves the write to the process's
+    writer (``report.written``), behind its hand-on: the successor's reader waits
+    for it, and after an epoch's last hop the epoch's end validates the weights in
+    memory meanwhile and waits for the write before it decides (what it decides
+    may keep the file as the trial's final or best weights).
     """
     report = c.report
     report.trained = True
@@ -339,12 +339,9 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     checkpoint = Checkpoint(model=model.state_dict(), optimizer=optimizer.state_dict(),
                             samples=trained.samples, loss=trained.loss)
     data, digest = encode_checkpoint(checkpoint)
-    epoch, position, shards = report.epoch, report.position, len(c.record.visit_order)
-    if position + 1 < shards:
-        report.written = rt.writer.write(rt.store, key, data, then=lambda: _drop_old_checkpoints(
-            rt.store, c.study.id, c.trial.id, epoch, position, c.region.shards))
-    else:
-        write_encoded(rt.store, key, data)
+    epoch, position = report.epoch, report.position
+    report.written = rt.writer.write(rt.store, key, data, then=lambda: _drop_old_checkpoints(
+        rt.store, c.study.id, c.trial.id, epoch, position, c.region.shards))
     rt.latest.keep(c.trial.id, key, digest, checkpoint, report.written)
     report.save_seconds = time.perf_counter() - started
 
@@ -382,7 +379,7 @@ def _fail_trial(rt: Runtime, study: StudyRow, trial: TrialRow, report: HopReport
     return report
 
 
-def _rewind(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
+def rewind(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
             report: HopReport, exc: CheckpointError, at: tuple[int, int] | None = None
             ) -> HopReport:
     """A checkpoint is unreadable: set it aside and run the hop that wrote it again.

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from hoptune.core import CheckpointError
 from hoptune.regions import RegionConfig, get_family, trial_settings
 from hoptune.tasks.hop import (
     EpochEnd,
@@ -24,6 +25,7 @@ from hoptune.tasks.hop import (
     cohort_of,
     form_cohorts,
     model_at,
+    rewind,
     trial_seed,
 )
 from hoptune.tasks.study._nightly_lock import renew as renew_nightly_lock
@@ -32,6 +34,7 @@ from hoptune.tasks.worker import (
     Dispatch,
     Runtime,
     checkpoint_key,
+    describe,
     hop_dispatch,
     keep_final,
     live_after,
@@ -54,6 +57,9 @@ from hoptune.tuner import (
     told,
     trial_metric,
 )
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = ["CohortStart", "create_study", "tune_step", "hand_on", "hand_on_cohort",
            "end_of_epoch", "trial_seed", "others_positions"]
@@ -203,7 +209,7 @@ def hand_on(rt: Runtime, report: HopReport) -> list[Dispatch]:
     if end is None:
         return list(report.dispatch)
     return [*report.dispatch, *end_of_epoch(rt, end.region, end.study, end.trial, end.epoch,
-                                            end.model, end.manifest)]
+                                            end.model, end.manifest, written=end.written)]
 
 
 def hand_on_cohort(rt: Runtime, reports: list[HopReport]) -> list[Dispatch]:
@@ -219,7 +225,7 @@ def hand_on_cohort(rt: Runtime, reports: list[HopReport]) -> list[Dispatch]:
         if end is None:
             continue
         sent = end_of_epoch(rt, end.region, end.study, end.trial, end.epoch, end.model,
-                            end.manifest, first_shard=first)
+                            end.manifest, first_shard=first, written=end.written)
         out.extend(sent)
         start = next((d.kwargs["shard"] for d in sent
                       if d.task == "hoptune.hop" and d.kwargs["position"] == 0), None)
@@ -267,11 +273,16 @@ def _fill_at_boundary(rt: Runtime, out: list[Dispatch], going_on: list[EpochEnd]
 
 def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
                  trial: TrialRow, epoch: int, model: torch.nn.Module | None,
-                 manifest: dict[str, Any], first_shard: int | None = None) -> list[Dispatch]:
+                 manifest: dict[str, Any], first_shard: int | None = None,
+                 written: Future[None] | None = None) -> list[Dispatch]:
     """Validate after an epoch's last hop; continue, prune or end the trial, once.
 
     ``first_shard`` (a cohort's, chosen by a member that went on first) is where
     the next epoch starts if the trial goes on; by default the placement chooses.
+    ``written``: the write of the last hop's checkpoint, still under way behind it;
+    the epoch is decided only once it landed (a write that failed raises here: the
+    message is delivered again, finds the epoch undecided and its input missing, and
+    the last hop runs again).
 
     The decision is one atomic step per (trial, epoch): a redelivered last hop
     finds it taken and changes nothing, so a copy never prunes a trial that
@@ -286,6 +297,11 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
     if model is None:  # a redelivered last hop: the weights are in its checkpoint
         model, _ = model_at(rt, region, study, trial, epoch, region.shards - 1, manifest["meta"])
     metric = float(family.evaluate(model, rt.validation(manifest)))
+    if written is not None:  # validated while it was written; decided once it is
+        try:
+            written.result()
+        except Exception as exc:  # noqa: BLE001 - logged by the writer: the hop runs again
+            return _write_failed(rt, region, study, trial, epoch, exc)
     minimize = bool(study.minimize)
     order = None
     failure = None
@@ -317,6 +333,18 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
     keep_final(rt.store, study.id, trial.id, epoch if outcome != "failed" else None,
                region.shards, also=kept if outcome != "failed" else ())
     return [tune_step_dispatch(study.id)]
+
+
+def _write_failed(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
+                  epoch: int, exc: Exception) -> list[Dispatch]:
+    """The epoch's last hop could not write its checkpoint: the epoch stays undecided and that
+    hop runs again, as a reader that found the checkpoint missing would have it."""
+    position = region.shards - 1
+    report = HopReport(trial.id, epoch, position, -1)
+    missing = CheckpointError(checkpoint_key(study.id, trial.id, epoch, position),
+                              f"its write failed: {describe(exc)}")
+    rewind(rt, region, study, trial, report, missing, at=(epoch, position))
+    return report.dispatch
 
 
 def _pruned(db: StudyDB, region: RegionConfig, study: StudyRow, trial: TrialRow, epoch: int,

@@ -201,9 +201,23 @@ class CheckpointWriter:
 
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="hoptune-checkpoint")
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="hoptune-checkpoint",
+                                                initializer=_yield_to_hops)
                 self._pid = os.getpid()
             return self._pool.submit(job)
+
+
+#: How much lower the writer thread's scheduling priority is than the hops' (Linux nice levels).
+WRITER_NICENESS = 10
+
+
+def _yield_to_hops() -> None:
+    """Lower this thread's priority (Linux: per thread): a write behind yields the CPU to the
+    hand-on it is behind (the next hop's message, the broker, the next worker's pickup)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the same, a little later
+        pass
 
 
 def stored_digest(store: Store, key: str) -> bytes | None:

@@ -21,6 +21,7 @@ from hoptune.tasks.worker._checkpoint import (
     encode_checkpoint,
     save_checkpoint,
 )
+from hoptune.tuner import HopRecords
 
 
 def _checkpoint(value: float) -> Checkpoint:
@@ -163,3 +164,32 @@ def test_a_forked_child_writes_behind_with_a_thread_of_its_own(tmp_path) -> None
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert load_checkpoint(store, "child.pt").loss == 2.0
+
+
+def test_an_epochs_last_hop_whose_write_behind_fails_runs_again_before_the_epoch_is_decided(
+        make_config, rt, monkeypatch) -> None:
+    from hoptune.tasks.worker import _checkpoint
+
+    region = load_config(make_config(shards=2, epochs=2)).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
+    last = checkpoint_key(study, 1, 0, 1)  # the first epoch's last hop (the study's one trial)
+    write, failed = _checkpoint.write_encoded, []
+
+    def failing_once(store, key, data):
+        if key == last and not failed:
+            failed.append(key)
+            raise OSError("No space left on device")
+        write(store, key, data)
+
+    monkeypatch.setattr(_checkpoint, "write_encoded", failing_once)
+    run_inline(rt, tune_step(rt, study))
+    (trial,) = rt.db.trials(study)
+    assert failed == [last] and trial.state == "done"
+    hop = HopRecords(rt.db).get(trial.id, 0, 1)
+    assert hop.errors == 1 and "its write failed: OSError: No space left" in hop.error
+    assert [e.epoch for e in rt.db.epochs(trial.id) if e.finished_at] == [0, 1]
+    replayed = replay_trial(rt, trial.id)  # the hop run again changed nothing
+    final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model
+    for name, tensor in final.items():
+        assert torch.equal(tensor, replayed[name]), name

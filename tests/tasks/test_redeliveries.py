@@ -11,6 +11,7 @@ from __future__ import annotations
 from hoptune.core import Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import checkpoint_key, create_study, run_hop, run_inline, tune_step
+from hoptune.tasks.hop import wait_written
 from hoptune.tuner import HopRecords
 
 MAX_REDELIVERIES = 2
@@ -76,6 +77,7 @@ def test_an_undecided_epoch_whose_last_checkpoint_is_truncated_runs_that_hop_aga
     (second,) = report.dispatch
     last = run_hop(rt, hop["trial"], 0, 1)  # recorded; its epoch_end is never handled
     assert last.trained and last.epoch_end is not None
+    wait_written(last)  # as its task does before it ends
     key = checkpoint_key(study, hop["trial"], 0, 1)
     path = Path(rt.store.path(key))
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
