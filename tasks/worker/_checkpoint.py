@@ -21,13 +21,14 @@ checksum wrong and runs the hop before again (a rewind): the cost is one hop,
 the same as a worker killed mid-hop. Only what outlives the trial is synced:
 its final checkpoint (``keep_final``), which promotion and the report read.
 
-Written behind: a hop with a successor in its epoch serialises its checkpoint
-on its own path and hands its bytes to the process's ``CheckpointWriter``
-thread, which writes them while the hop records itself and its successor is
-dispatched. The reader of a checkpoint not yet there waits for it
-(``load_checkpoint``'s ``wait``) as long as its writer could still be alive;
-a writer killed before its write finished costs the hop that wrote it, which
-the reader rewinds, as for a lost file.
+Written behind: a hop serialises its checkpoint on its own path and hands its
+bytes to the process's ``CheckpointWriter`` thread (at a lower priority), which
+writes them while the hop records itself and its successor is dispatched, or,
+after an epoch's last hop, while the epoch's end validates the weights in
+memory; the epoch is decided only once the write landed. The reader of a
+checkpoint not yet there waits for it (``load_checkpoint``'s ``wait``) as long
+as its writer could still be alive; a writer killed before its write finished
+costs the hop that wrote it, which the reader rewinds, as for a lost file.
 
 A worker keeps the latest checkpoint of each trial it trained in memory
 (``LatestCheckpoints``): the trial's next hop, if it lands on the same worker,
