@@ -288,7 +288,7 @@ def _report(results: dict) -> None:
                           f"({e[s]['hops']} hops)"
                           for s in sides)
         ratio = (f" Outside training, after against before: "
-                 f"**{e['after']['overhead_s'] / e['before']['overhead_s']:.2f}x**."
+                 f"**{e['after']['overhead_s'] / e['before']['overhead_s']:.3f}x**."
                  if "before" in e else "")
         sections.append(f"""
 ### A ~{e['hop_seconds']:g} s hop ({e['rows_per_shard']:,} rows per shard)
