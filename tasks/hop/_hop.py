@@ -380,8 +380,8 @@ def _fail_trial(rt: Runtime, study: StudyRow, trial: TrialRow, report: HopReport
 
 
 def rewind(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
-            report: HopReport, exc: CheckpointError, at: tuple[int, int] | None = None
-            ) -> HopReport:
+           report: HopReport, exc: CheckpointError, at: tuple[int, int] | None = None
+           ) -> HopReport:
     """A checkpoint is unreadable: set it aside and run the hop that wrote it again.
 
     That hop is the one before this delivery's (its input), or ``at``: a done

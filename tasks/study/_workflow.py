@@ -280,9 +280,8 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
     ``first_shard`` (a cohort's, chosen by a member that went on first) is where
     the next epoch starts if the trial goes on; by default the placement chooses.
     ``written``: the write of the last hop's checkpoint, still under way behind it;
-    the epoch is decided only once it landed (a write that failed raises here: the
-    message is delivered again, finds the epoch undecided and its input missing, and
-    the last hop runs again).
+    the epoch is decided only once it landed (after a write that failed, it stays
+    undecided and the last hop runs again: ``_write_failed``).
 
     The decision is one atomic step per (trial, epoch): a redelivered last hop
     finds it taken and changes nothing, so a copy never prunes a trial that
