@@ -128,10 +128,17 @@ def test_stalled_trials(db: StudyDB) -> None:
 
 def test_a_plain_postgresql_url_uses_the_installed_driver(postgres_url: str) -> None:
     """docker-compose and most deployments write postgresql://, with no driver named."""
+    from hoptune.tuner import metadata
+
     plain = "postgresql://" + postgres_url.split("://", 1)[1]
     db = StudyDB(plain)
-    assert db.engine.dialect.driver == "psycopg2"
-    db.dispose()
+    try:
+        assert db.engine.dialect.driver == "psycopg2"
+    finally:  # the tables it made: the session's database is empty for the next test
+        metadata.drop_all(db.engine)
+        with db.engine.begin() as conn:
+            conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
+        db.dispose()
 
 
 def test_deliveries_of_one_hop_at_once_are_each_counted(db: StudyDB) -> None:
