@@ -19,6 +19,7 @@ instead, which every reader still takes.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +91,7 @@ def decode(data: np.ndarray, length: int, device: torch.device | None = None) ->
         dtype = getattr(torch, name, None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"unknown dtype {name!r}")
-        nbytes, off = dtype.itemsize * _numel(shape), start + off
+        nbytes, off = dtype.itemsize * math.prod(int(d) for d in shape), start + off
         if off % _ALIGN or off < start or off + nbytes > length:
             raise ValueError(f"a tensor at {off} of {nbytes} bytes lies outside its "
                              f"{length} bytes")
@@ -148,15 +149,8 @@ def _extent(t: torch.Tensor) -> int:
 
 
 def _view(buffer: torch.Tensor, offset: int, dtype: torch.dtype, shape: Any) -> torch.Tensor:
-    nbytes = dtype.itemsize * _numel(shape)
+    nbytes = dtype.itemsize * math.prod(int(d) for d in shape)
     return buffer[offset:offset + nbytes].view(dtype).view(tuple(shape))
-
-
-def _numel(shape: Any) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def _aligned(n: int) -> int:
