@@ -15,8 +15,8 @@ whose slot it took to its first hop's start, counted from when that hop's
 worker was free. That gap misses the step's work whenever the step ran on
 another worker than the first hop: in a 16-trial study on 2 workers its
 median was 0.009 s where the steps worked 0.05 to 0.17 s. ``pruning_record``: each tuned
-study with rungs, its shape and how many of its finished trials ASHA pruned,
-from which the planner fits the simulated metrics' trend.
+study with rungs, its shape and how many epochs its finished trials trained
+under ASHA, from which the planner fits the simulated metrics' trend.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ class Shape(NamedTuple):
 
 
 def pruning_record(db: StudyDB, studies: list[StudyRow]) -> list[tuple[Shape, int, int]]:
-    """(shape, finished trials, pruned trials) of each tuned study with rungs."""
+    """(shape, finished trials, epochs those trials trained) of each tuned study with rungs."""
     from hoptune.tasks.worker import region_of
 
     out = []
@@ -220,12 +220,12 @@ def pruning_record(db: StudyDB, studies: list[StudyRow]) -> list[tuple[Shape, in
                 reduction_factor=p.reduction_factor, min_epochs=p.min_epochs,
                 max_epochs=study.epochs).rungs():
             continue
-        counts = db.counts(study.id)
-        done, pruned = counts.get("done", 0), counts.get("pruned", 0)
-        if done + pruned:
+        finished = [t for t in db.trials(study.id) if t.state in ("done", "pruned")]
+        if finished:
             # a study recorded before the pruner judged trials again has no recheck field
             recheck = bool((study.region_config.get("pruner") or {}).get("recheck", False))
             out.append((Shape(study.budget, study.parallel, study.epochs,
                               len(study.manifest["rows"]), p.reduction_factor,
-                              p.min_epochs, recheck), done + pruned, pruned))
+                              p.min_epochs, recheck), len(finished),
+                        sum(t.epochs_done for t in finished)))
     return out

@@ -9,10 +9,10 @@ seconds an epoch's validation, a message, a trial's start and a study's first
 trials show (counted from when the hop's worker was free).
 The schedule is the simulator's (``tasks.plan._simulate``), which runs the
 cluster's own visit-order, placement and pruning. Where the history holds
-tuned studies with rungs, the share of their trials ASHA pruned sets the
+tuned studies with rungs, the epochs their trials trained under ASHA set the
 simulated metrics' trend (later trials better: an optimizer that learns prunes
-fewer than metrics in random order would), the trend whose simulated share
-comes closest (``tasks.plan._synthetic``). The range comes from the cost
+fewer than metrics in random order would), the trend whose simulated epochs
+come closest (``tasks.plan._synthetic``). The range comes from the cost
 model's spread: every hop ``1 - spread`` and ``1 + spread`` times its fitted cost.
 """
 

@@ -10,7 +10,7 @@ import pytest
 
 import hoptune.tasks.plan._history
 from hoptune.regions import load_config
-from hoptune.tasks.plan._history import design_left, median_gaps
+from hoptune.tasks.plan._history import Shape, design_left, median_gaps, pruning_record
 from hoptune.tuner import EpochRow, HopRow, StudyRow, TrialRow, parse_space
 from tests.rows import epoch_row, hop_row, study_row, trial_row
 
@@ -150,3 +150,39 @@ def test_a_workers_turnaround_is_counted_where_its_next_hops_message_waited(regi
     hops[3] = replace(hops[3], started_at=hops[3].started_at + timedelta(seconds=0.02),
                       finished_at=hops[3].finished_at + timedelta(seconds=0.02))  # 0.03 s
     assert median_gaps(db, [study]).turnaround == pytest.approx(0.02)
+
+
+def test_a_pruning_record_counts_the_epochs_its_finished_trials_trained(region) -> None:
+    """Two studies that pruned as many trials train different epochs when one was pruned
+    later (judged again at a rung it had passed): the record holds what they trained, and
+    the trend fitted on it is what the plan's hops follow."""
+    from hoptune.tasks.plan._synthetic import _epochs_per_trial, _trend
+
+    space = parse_space(region["space"], "space").to_json()
+    region = {**region, "pruner": {"reduction_factor": 2, "min_epochs": 1, "recheck": True}}
+    db = History()
+
+    def study(sid: int, epochs_done: list[int], **fields: Any) -> StudyRow:
+        row = study_row(**{"id": sid, "space": space, "region_config": region, "budget": 4,
+                           "parallel": 2, "epochs": 3, "manifest": {"rows": [10, 10]},
+                           **fields})
+        states = ["done" if e == 3 else "pruned" for e in epochs_done]
+        db.studies[sid] = row
+        db.trial_rows[sid] = [trial_row(id=sid * 100 + i, study_id=sid, state=s, epochs_done=e)
+                              for i, (s, e) in enumerate(zip(states, epochs_done, strict=True))]
+        return row
+
+    early = study(1, [3, 1, 1, 3])
+    late = study(2, [3, 2, 2, 3])
+    running = study(3, [3, 1, 3, 3])  # its last trial is still running: only 3 count
+    db.trial_rows[3][-1] = replace(db.trial_rows[3][-1], state="running", epochs_done=1)
+    untuned = study(4, [3, 3], space=None)  # a fixed configuration has no rungs to learn from
+    calibration = study(5, [1, 1], kind="calibration")
+    shape = Shape(4, 2, 3, 2, 2, 1, True)
+    assert pruning_record(db, [early, late, running, untuned, calibration]) == [
+        (shape, 4, 8), (shape, 4, 10), (shape, 3, 7)]
+    # as many pruned, later: a stronger trend, and its simulated epochs the nearer to 10
+    slow, fast = _trend([(shape, 4, 8)]), _trend([(shape, 4, 10)])
+    assert slow < fast
+    assert abs(_epochs_per_trial(shape, fast) * 4 - 10) <= abs(
+        _epochs_per_trial(shape, slow) * 4 - 10)

@@ -245,19 +245,22 @@ def test_which_trials_a_rung_keeps_depends_on_the_draw_and_a_plan_averages_draws
 
 def test_the_metrics_trend_is_fitted_on_the_recorded_studies_own_shapes() -> None:
     from hoptune.tasks.plan._history import Shape
-    from hoptune.tasks.plan._synthetic import _pruned_share, _trend
+    from hoptune.tasks.plan._synthetic import _epochs_per_trial, _trend
 
     eight, sixteen = Shape(8, 2, 3, 2, 2, 1), Shape(16, 2, 3, 2, 2, 1)
     assert _trend([]) == 0.0
-    # in random order more of 16 trials are pruned than of 8 (the first at a rung is kept)
-    assert _pruned_share(sixteen, 0.0) > _pruned_share(eight, 0.0)
-    share = _pruned_share(eight, 0.0)
-    # 8-trial studies that pruned as metrics in random order would: no trend; 16-trial ones
-    # that pruned as few: later trials were better
-    assert _trend([(eight, 80, round(share * 80))]) == 0.0
-    assert _trend([(sixteen, 160, round(share * 160))]) > 0.0
+    # in random order 16 trials train fewer epochs each than 8 (the first at a rung is kept)
+    assert _epochs_per_trial(sixteen, 0.0) < _epochs_per_trial(eight, 0.0)
+    # later trials better: fewer pruned, more epochs, up to every trial's 3
+    assert _epochs_per_trial(sixteen, 0.0) < _epochs_per_trial(sixteen, 0.5) <= 3.0
+    each = _epochs_per_trial(eight, 0.0)
+    # 8-trial studies that trained as metrics in random order would: no trend; 16-trial ones
+    # that trained as much: later trials were better
+    assert _trend([(eight, 80, round(each * 80))]) == 0.0
+    assert _trend([(sixteen, 160, round(each * 160))]) > 0.0
     # a trend recorded is found again, also over studies of both shapes
-    record = [(s, n, round(_pruned_share(s, 0.5) * n)) for s, n in ((eight, 80), (sixteen, 160))]
+    record = [(s, n, round(_epochs_per_trial(s, 0.5) * n)) for s, n in ((eight, 80),
+                                                                        (sixteen, 160))]
     assert _trend(record) == 0.5
 
 
