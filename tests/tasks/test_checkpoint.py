@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -15,6 +16,7 @@ from hoptune.tasks import checkpoint_key, create_study, load_checkpoint, replay_
 from hoptune.tasks.study._inline import run_inline
 from hoptune.tasks.study._workflow import tune_step
 from hoptune.tasks.worker._checkpoint import (
+    WRITER_NICENESS,
     Checkpoint,
     CheckpointWriter,
     LatestCheckpoints,
@@ -146,11 +148,35 @@ def test_a_kept_checkpoint_written_behind_is_taken_once_its_write_landed(tmp_pat
     assert written.done()
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
+def test_the_writer_thread_runs_only_on_cpu_time_nothing_else_wants(tmp_path, monkeypatch) -> None:
+    """SCHED_IDLE: any thread that wakes takes the CPU from a write behind at once (at nice 10
+    the next worker's pickup waited out the write's time slice); where the kernel refuses
+    the policy, nice 10. The hand-on's own thread keeps its policy either way."""
+    seen: dict[str, int] = {}
+
+    def policy() -> None:
+        tid = threading.get_native_id()
+        seen.update(policy=os.sched_getscheduler(tid), nice=os.getpriority(os.PRIO_PROCESS, tid))
+
+    store = Store(str(tmp_path))
+    data = encode_checkpoint(_checkpoint(1.0))[0]
+    CheckpointWriter().write(store, "a.pt", data, then=policy).result()
+    assert seen["policy"] == os.SCHED_IDLE
+    assert os.sched_getscheduler(threading.get_native_id()) == os.SCHED_OTHER
+
+    def refused(*_args: object) -> None:
+        raise PermissionError("not allowed")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refused)
+    CheckpointWriter().write(store, "b.pt", data, then=policy).result()
+    assert (seen["policy"], seen["nice"]) == (os.SCHED_OTHER, WRITER_NICENESS)
+    assert load_checkpoint(store, "b.pt").loss == 1.0
+
+
 def test_a_forked_child_writes_behind_with_a_thread_of_its_own(tmp_path) -> None:
     """A pool worker forked from a process that already wrote behind would otherwise hand its
     writes to a thread that does not exist in it, and wait for them forever."""
-    import os
-
     store, writer = Store(str(tmp_path)), CheckpointWriter()
     writer.write(store, "parent.pt", encode_checkpoint(_checkpoint(1.0))[0]).result()
     pid = os.fork()
