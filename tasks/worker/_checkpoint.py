@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import xxhash
 
@@ -170,9 +170,19 @@ def save_checkpoint(store: Store, key: str, checkpoint: Checkpoint) -> bytes:
     return digest
 
 
+#: The bytes of a checkpoint handed to the kernel in one write call.
+WRITE_CHUNK = 1 << 20
+
+
 def write_encoded(store: Store, key: str, data: memoryview) -> None:
-    """Write a checkpoint's bytes (``encode_checkpoint``'s) atomically, unsynced."""
-    store.write_with(key, lambda fh: fh.write(data), durable=False)
+    """Write a checkpoint's bytes (``encode_checkpoint``'s) atomically, unsynced, a
+    ``WRITE_CHUNK`` at a time: a thread that wakes can take the CPU between two calls, where
+    one call copying a whole checkpoint into the page cache holds it until it returns."""
+    def chunks(fh: BinaryIO) -> None:
+        for start in range(0, len(data), WRITE_CHUNK):
+            fh.write(data[start: start + WRITE_CHUNK])
+
+    store.write_with(key, chunks, durable=False)
 
 
 class CheckpointWriter:
