@@ -16,7 +16,7 @@ from hoptune.tasks.plan._history import Shape
 from hoptune.tasks.plan._simulate import SimResult, SimStudy, simulate
 from hoptune.tuner import AshaPruner
 
-__all__ = ["DRAWS", "IMPROVING", "mean_result"]
+__all__ = ["DRAWS", "IMPROVING", "PRIOR_TREND", "mean_result"]
 
 
 #: The trends tried to match what the recorded studies trained: steps of 0.05, where one of
@@ -26,6 +26,14 @@ IMPROVING = [k / 20 for k in range(21)]
 #: ASHA keeps and so how many hops a study trains: for 16 trials with two rungs, two orders
 #: gave 46 and 62 hops where runs of the same study trained 50 to 66.
 DRAWS = 16
+#: The trend a plan assumes where no study with rungs is recorded yet. Not 0 (metrics in
+#: random order): an optimizer that learns from earlier trials makes later ones better. The
+#: studies of ``bench/quality.py`` on real data (16 trials, 4 in flight, 8 epochs, 2 shards)
+#: trained as trends of 0.15 to 0.35 simulate (MovieLens with ``reg``: 0.35, with
+#: ``weight_decay``: 0.2; diabetes: 0.15; breast cancer: 0.25): 0.2 is below their middle.
+#: Without it, the first 16-trial study with rungs of ``bench/plan.py`` was predicted 54 or 55
+#: hops in every run, where it trained 54 to 66 on two hosts.
+PRIOR_TREND = 0.2
 
 
 def mean_result(results: list[SimResult]) -> SimResult:
@@ -57,9 +65,10 @@ def _trend(record: list[tuple[Shape, int, int]]) -> float:
     16-trial study pruned 10 of its trials and trained 66 hops, where the trend fitted to
     its pruned share simulated 61). A shape's epochs are the trend's, not the history's: of the same
     metrics, 8 trials in flight 2 at a time train 1.9 epochs each of 3, 16 trials 1.8, so
-    one recorded figure would mislead a plan of another shape."""
+    one recorded figure would mislead a plan of another shape. ``PRIOR_TREND`` with no
+    record."""
     if not record:
-        return 0.0
+        return PRIOR_TREND
     trained = sum(n for _, _, n in record)
 
     def simulated(improving: float) -> float:
