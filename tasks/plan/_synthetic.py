@@ -59,14 +59,13 @@ def mean_result(results: list[SimResult]) -> SimResult:
 
 def _trend(record: list[tuple[Shape, int, int]]) -> float:
     """The trend whose simulated studies of the recorded shapes train as many epochs as the
-    recorded ones did, in all (0 with no record). Epochs, not the pruned share: hops are what
-    a plan's wall time is made of, and the recorded trials were pruned later than metrics in
-    a fixed order prune them (judged again at rungs they had passed: on a 2-core host a
-    16-trial study pruned 10 of its trials and trained 66 hops, where the trend fitted to
-    its pruned share simulated 61). A shape's epochs are the trend's, not the history's: of the same
-    metrics, 8 trials in flight 2 at a time train 1.9 epochs each of 3, 16 trials 1.8, so
-    one recorded figure would mislead a plan of another shape. ``PRIOR_TREND`` with no
-    record."""
+    recorded ones did, in all; ``PRIOR_TREND`` with no record. Epochs, not the pruned share:
+    hops are what a plan's wall time is made of, and the recorded trials were pruned later
+    than metrics in a fixed order prune them (judged again at rungs they had passed: on a
+    2-core host a 16-trial study pruned 10 of its trials and trained 66 hops, where the
+    trend fitted to its pruned share simulated 61). A shape's epochs are the trend's, not
+    the history's: of the same metrics, 8 trials in flight 2 at a time train 1.9 epochs
+    each of 3, 16 trials 1.8, so one recorded figure would mislead a plan of another shape."""
     if not record:
         return PRIOR_TREND
     trained = sum(n for _, _, n in record)

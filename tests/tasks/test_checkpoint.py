@@ -16,6 +16,7 @@ from hoptune.tasks import checkpoint_key, create_study, load_checkpoint, replay_
 from hoptune.tasks.study._inline import run_inline
 from hoptune.tasks.study._workflow import tune_step
 from hoptune.tasks.worker._checkpoint import (
+    WRITE_CHUNK,
     WRITER_NICENESS,
     Checkpoint,
     CheckpointWriter,
@@ -172,6 +173,18 @@ def test_the_writer_thread_runs_only_on_cpu_time_nothing_else_wants(tmp_path, mo
     CheckpointWriter().write(store, "b.pt", data, then=policy).result()
     assert (seen["policy"], seen["nice"]) == (os.SCHED_OTHER, WRITER_NICENESS)
     assert load_checkpoint(store, "b.pt").loss == 1.0
+
+
+def test_a_checkpoint_of_several_write_chunks_reads_back_bitwise(tmp_path) -> None:
+    """Written a ``WRITE_CHUNK`` per call: the bytes of every chunk, the last partial one
+    too, land in order."""
+    store = Store(str(tmp_path))
+    weights = torch.randn(WRITE_CHUNK // 2 + 12_345, generator=torch.Generator().manual_seed(0))
+    data, _ = encode_checkpoint(Checkpoint(model={"w": weights}, optimizer={}, samples=1,
+                                           loss=0.5))
+    assert 2 * WRITE_CHUNK < len(data) < 3 * WRITE_CHUNK
+    CheckpointWriter().write(store, "big.pt", data).result()
+    assert torch.equal(load_checkpoint(store, "big.pt").model["w"], weights)
 
 
 def test_a_forked_child_writes_behind_with_a_thread_of_its_own(tmp_path) -> None:
