@@ -218,28 +218,19 @@ class CheckpointWriter:
             return self._pool.submit(job)
 
 
-#: How much lower the writer thread's scheduling priority is than the hops' (Linux nice levels),
-#: where its scheduling policy cannot be made SCHED_IDLE.
+#: How much lower the writer thread's scheduling priority is than the hops' (Linux nice levels).
+#: Not SCHED_IDLE, which let the next worker's pickup preempt a write at once: on a host whose
+#: cores were all busy the write got almost no CPU, its reader gave up waiting, and the hop
+#: that wrote it trained again (seen in CI: a hop trained twice in a fault test).
 WRITER_NICENESS = 10
 
 
 def _yield_to_hops() -> None:
-    """Make this thread (Linux: per thread) run only on CPU time nothing else wants: a write
-    behind yields the CPU to the hand-on it is behind (the next hop's message, the broker,
-    the next worker's pickup). SCHED_IDLE, where the kernel allows it: any other thread that
-    wakes takes the CPU from it at once, where one at nice 10 could wait out its time slice
-    (on a 2-core host the next worker's pickup waited 6 to 8 ms, twice per hand-on, while a
-    write at nice 10 ran). It is not starved: a CPU that goes idle runs it, as the reader
-    waiting for its checkpoint leaves one (for up to ``liveness_seconds``)."""
-    tid = threading.get_native_id()
+    """Lower this thread's priority (Linux: per thread): a write behind yields the CPU to the
+    hand-on it is behind (the next hop's message, the broker, the next worker's pickup)."""
     try:
-        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        return
-    except (AttributeError, OSError):  # not Linux, or not allowed: a lower nice level
-        pass
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, WRITER_NICENESS)
-    except (AttributeError, OSError):  # not allowed either: the same, a little later
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the same, a little later
         pass
 
 

@@ -149,30 +149,21 @@ def test_a_kept_checkpoint_written_behind_is_taken_once_its_write_landed(tmp_pat
     assert written.done()
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
-def test_the_writer_thread_runs_only_on_cpu_time_nothing_else_wants(tmp_path, monkeypatch) -> None:
-    """SCHED_IDLE: any thread that wakes takes the CPU from a write behind at once (at nice 10
-    the next worker's pickup waited out the write's time slice); where the kernel refuses
-    the policy, nice 10. The hand-on's own thread keeps its policy either way."""
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="POSIX nice levels")
+def test_the_writer_thread_yields_to_the_hand_on_it_is_behind(tmp_path) -> None:
+    """The writer thread runs at nice 10 (Linux: per thread), the hand-on's own thread at its
+    own level."""
     seen: dict[str, int] = {}
 
-    def policy() -> None:
-        tid = threading.get_native_id()
-        seen.update(policy=os.sched_getscheduler(tid), nice=os.getpriority(os.PRIO_PROCESS, tid))
+    def nice() -> None:
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     store = Store(str(tmp_path))
-    data = encode_checkpoint(_checkpoint(1.0))[0]
-    CheckpointWriter().write(store, "a.pt", data, then=policy).result()
-    assert seen["policy"] == os.SCHED_IDLE
-    assert os.sched_getscheduler(threading.get_native_id()) == os.SCHED_OTHER
-
-    def refused(*_args: object) -> None:
-        raise PermissionError("not allowed")
-
-    monkeypatch.setattr(os, "sched_setscheduler", refused)
-    CheckpointWriter().write(store, "b.pt", data, then=policy).result()
-    assert (seen["policy"], seen["nice"]) == (os.SCHED_OTHER, WRITER_NICENESS)
-    assert load_checkpoint(store, "b.pt").loss == 1.0
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    CheckpointWriter().write(store, "a.pt", encode_checkpoint(_checkpoint(1.0))[0],
+                             then=nice).result()
+    assert seen["nice"] == (WRITER_NICENESS if own <= WRITER_NICENESS else own)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
 
 
 def test_a_checkpoint_of_several_write_chunks_reads_back_bitwise(tmp_path) -> None:
