@@ -325,9 +325,8 @@ within an epoch). {before}"after" is this checkout (a hop's checkpoint
 laid out flat, a header and each tensor's raw bytes, instead of `torch.save`'s archive, and
 loaded as views of the bytes read instead of copies; checksummed with XXH3-128 instead of
 SHA-256 and torch's per-record CRC-32; written behind its hand-on, an epoch's last hop's
-too, by the worker's writer thread under the idle scheduling policy (SCHED_IDLE), which
-any thread that wakes preempts, a MiB per write call; the model rebuilt as a copy of a
-template instead of a build on the meta device; the training process keeping the memory it
+too, by the worker's writer thread at nice 10, a MiB per write call; the model rebuilt as a
+copy of a template instead of a build on the meta device; the training process keeping the memory it
 frees instead of faulting the next hop's buffers in afresh; the hop's checks of its message
 read in one transaction that takes no write lock; its progress event sent after the next
 hop's message). A hop's rows are calibrated on the mean rate of the passes the run makes.
