@@ -223,9 +223,11 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
         if c.again:
             report.dispatch.extend(_hand_on_again(rt, region, study, record, position))
         if position + 1 == len(order) and record.finished_at is None:
-            # the epoch is undecided (its decider died, or decides now): validate its weights
+            # the epoch is undecided (its decider died, or decides now): validate its weights,
+            # which its deliverer may still be writing behind its hand-on while it is alive
             try:
-                model, _ = model_at(rt, region, study, trial, epoch, position, manifest["meta"])
+                model, _ = model_at(rt, region, study, trial, epoch, position, manifest["meta"],
+                                    wait=liveness_seconds())
             except CheckpointError as exc:  # this hop's own output: it runs again
                 return rewind(rt, region, study, trial, report, exc, at=(epoch, position))
             report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)

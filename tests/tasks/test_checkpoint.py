@@ -223,3 +223,36 @@ def test_an_epochs_last_hop_whose_write_behind_fails_runs_again_before_the_epoch
     final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model
     for name, tensor in final.items():
         assert torch.equal(tensor, replayed[name]), name
+
+
+def test_a_copy_of_an_epochs_last_hop_waits_for_the_weights_written_behind_it(
+        make_config, rt, monkeypatch) -> None:
+    """A second delivery of an epoch's last hop that finds it done and the epoch undecided
+    validates its weights: while the first delivery still writes them behind its hand-on,
+    the copy waits for them instead of running the hop again (seen under load in CI: a hop
+    trained twice)."""
+    from hoptune.tasks.hop import run_hop
+    from hoptune.tasks.worker import _checkpoint
+
+    region = load_config(make_config(shards=2, epochs=1)).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
+    last = checkpoint_key(study, 1, 0, 1)  # the only epoch's last hop
+    write, copies = _checkpoint.write_encoded, []
+
+    def late(store, key, data):
+        if key == last and not copies:  # the copy arrives while the write is under way
+            copy = threading.Thread(target=lambda: copies.append(run_hop(rt, 1, 0, 1)))
+            copies.append(copy)
+            copy.start()
+            time.sleep(0.5)
+        write(store, key, data)
+
+    monkeypatch.setattr(_checkpoint, "write_encoded", late)
+    run_inline(rt, tune_step(rt, study))
+    copies[0].join(30)
+    report = copies[1]
+    assert report.skipped == "output checkpoint exists" and report.epoch_end is not None
+    hop = HopRecords(rt.db).get(1, 0, 1)
+    assert hop.state == "done" and hop.errors == 0, hop
+    assert rt.db.trials(study)[0].state == "done"
