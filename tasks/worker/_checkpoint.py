@@ -219,9 +219,10 @@ class CheckpointWriter:
 
 
 #: How much lower the writer thread's scheduling priority is than the hops' (Linux nice levels).
-#: Not SCHED_IDLE, which let the next worker's pickup preempt a write at once: on a host whose
-#: cores were all busy the write got almost no CPU, its reader gave up waiting, and the hop
-#: that wrote it trained again (seen in CI: a hop trained twice in a fault test).
+#: Not SCHED_IDLE, which lets the next worker's pickup preempt a write at once but gives the
+#: write almost no CPU while every core is busy, long enough to outlast its reader's wait
+#: (the hop that wrote it then runs again), and which an unprivileged thread cannot leave to
+#: finish it. With a MiB per write call (``WRITE_CHUNK``) nice 10 measured as cheap.
 WRITER_NICENESS = 10
 
 
