@@ -73,30 +73,29 @@ def restore_trial(rt: Runtime, region: RegionConfig, study: StudyRow,
     if before is None:
         model = build_trial_model(region, params, trial.seed, meta, rt.device)
         return model, make_trial_optimizer(region, params, model)
-    # its writer may still be writing it (behind its hand-on) while it could be alive
-    model, checkpoint = model_at(rt, region, study, trial, *before, meta, reuse=True,
-                                 wait=liveness_seconds())
+    model, checkpoint = model_at(rt, region, study, trial, *before, meta, reuse=True)
     optimizer = make_trial_optimizer(region, params, model)
     optimizer.load_state_dict(checkpoint.optimizer)
     return model, optimizer
 
 
 def model_at(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
-             epoch: int, position: int, meta: dict[str, Any], *, reuse: bool = False,
-             wait: float = 0.0) -> tuple[torch.nn.Module, Checkpoint]:
+             epoch: int, position: int, meta: dict[str, Any], *, reuse: bool = False
+             ) -> tuple[torch.nn.Module, Checkpoint]:
     """The trial's model as hop (epoch, position) left it, and that hop's checkpoint.
 
     The checkpoint loads straight onto the worker's device, and the model, built
     without memory (on the meta device), takes its tensors as its own: no
     initialisation that the load would overwrite, no copy. With ``reuse`` the
     copy this worker kept in memory when it wrote that checkpoint is taken
-    instead of reading the store, if the stored one is still the same. ``wait``:
-    seconds to wait for a checkpoint not stored yet (``load_checkpoint``).
+    instead of reading the store, if the stored one is still the same. A checkpoint not
+    stored yet is waited for up to ``liveness_seconds``: its hop writes it behind its
+    hand-on, and its writer may still be writing it while it could be alive.
     """
     key = checkpoint_key(study.id, trial.id, epoch, position)
     checkpoint = rt.latest.take(rt.store, trial.id, key) if reuse else None
     if checkpoint is None:
-        checkpoint = load_checkpoint(rt.store, key, rt.device, wait=wait)
+        checkpoint = load_checkpoint(rt.store, key, rt.device, wait=liveness_seconds())
     model = bare_trial_model(region, trial.params, meta)
     model.load_state_dict(checkpoint.model, assign=True)
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
@@ -223,11 +222,9 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
         if c.again:
             report.dispatch.extend(_hand_on_again(rt, region, study, record, position))
         if position + 1 == len(order) and record.finished_at is None:
-            # the epoch is undecided (its decider died, or decides now): validate its weights,
-            # which its deliverer may still be writing behind its hand-on while it is alive
+            # the epoch is undecided (its decider died, or decides now): validate its weights
             try:
-                model, _ = model_at(rt, region, study, trial, epoch, position, manifest["meta"],
-                                    wait=liveness_seconds())
+                model, _ = model_at(rt, region, study, trial, epoch, position, manifest["meta"])
             except CheckpointError as exc:  # this hop's own output: it runs again
                 return rewind(rt, region, study, trial, report, exc, at=(epoch, position))
             report.epoch_end = EpochEnd(region, study, trial, epoch, model, manifest)

@@ -38,7 +38,6 @@ from hoptune.tasks.worker import (
     hop_dispatch,
     keep_final,
     live_after,
-    liveness_seconds,
     promote_dispatch,
     region_of,
     tune_step_dispatch,
@@ -294,10 +293,8 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
     if record is None or record.finished_at is not None:
         return _next_epoch_again(rt, region, study, trial.id, epoch)
     family = get_family(region)
-    if model is None:  # a redelivered last hop: the weights are in its checkpoint (which the
-        # first delivery may still be writing behind its hand-on while it is alive)
-        model, _ = model_at(rt, region, study, trial, epoch, region.shards - 1, manifest["meta"],
-                            wait=liveness_seconds())
+    if model is None:  # a redelivered last hop: the weights are in its checkpoint
+        model, _ = model_at(rt, region, study, trial, epoch, region.shards - 1, manifest["meta"])
     metric = float(family.evaluate(model, rt.validation(manifest)))
     if written is not None:  # validated while it was written; decided once it is
         try:
