@@ -21,10 +21,13 @@ For each: wall time per epoch of the cohort (first trial started to last trial f
 over the epochs), each worker's busy share (its recorded hop time over that span) and the
 bytes of data each worker holds (the shards' tensors it owns). Sizes from ``--big`` rows up
 train ``--big-trials`` trials for ``--big-epochs`` epochs (the same for every way), so the
-largest fits in minutes on 2 cores.
+largest fits in minutes on 2 cores. As many trials as the smaller sizes, not fewer: the
+configurations differ in cost (embedding 32 against 16 and 8), and 2 trials on 2 workers
+leave the one with the cheaper trial idle whatever the way (at 10 million rows, 2 trials
+kept task parallelism's workers 71% and 100% busy, hopping's 84% and 86%).
 
 Usage: python bench/mop.py [--sizes 10000,100000,1000000,10000000] [--trials 4] [--epochs 3]
-                           [--big 5000000] [--big-trials 2] [--big-epochs 1]
+                           [--big 5000000] [--big-trials 4] [--big-epochs 1]
 Writes its section of BENCHMARKS.md; the last line is one JSON object.
 """
 
@@ -114,7 +117,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--big", type=int, default=5_000_000,
                         help="sizes from this many rows train --big-trials for --big-epochs")
-    parser.add_argument("--big-trials", type=int, default=2)
+    parser.add_argument("--big-trials", type=int, default=4)
     parser.add_argument("--big-epochs", type=int, default=1)
     args = parser.parse_args()
     try:
