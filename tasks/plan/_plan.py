@@ -28,7 +28,7 @@ from hoptune.regions import Config, RegionConfig, get_family
 from hoptune.tasks.plan._costs import parameter_count, recorded_observations
 from hoptune.tasks.plan._history import design_left, median_gaps, pruning_record
 from hoptune.tasks.plan._simulate import SimResult, SimStudy, hop_seconds_from, simulate
-from hoptune.tasks.plan._synthetic import DRAWS, _trend, mean_result
+from hoptune.tasks.plan._synthetic import _trend, draws, mean_result
 from hoptune.tasks.worker import Runtime
 from hoptune.tuner import (
     AshaPruner,
@@ -249,15 +249,16 @@ class Planner:
         self.inputs = [replace(i, improving=trend if i.region.space else 0.0) for i in inputs]
 
     def _run(self, workers: Workers, scale: float = 1.0) -> SimResult:
-        """The simulation's expectation: with rungs, its mean over ``DRAWS`` orders of the
-        trials' metrics (which trials a rung keeps changes the hops a study trains)."""
+        """The simulation's expectation: with rungs, its mean over ``ORDERS`` orders of each
+        study's metrics (which trials a rung keeps changes the hops a study trains)."""
         studies = _studies(self.inputs, scale)
-        draws = DRAWS if any(s.pruner is not None and s.pruner.rungs() for s in studies) else 1
+        ranked = sum(s.pruner is not None and bool(s.pruner.rungs()) for s in studies)
+        n = draws(ranked) if ranked else 1
         return mean_result([simulate([replace(s, draw=d) for s in studies], workers,
                                      validation=self.validation, dispatch=self.dispatch,
                                      start=self.start, start_model=self.start_model,
                                      head=self.head, turnaround=self.turnaround)
-                            for d in range(draws)])
+                            for d in range(n)])
 
     def wall(self, workers: Workers) -> float:
         """The predicted wall time alone (the fitted costs, no range)."""

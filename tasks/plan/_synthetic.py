@@ -1,6 +1,6 @@
 """The synthetic metrics a plan's simulations run on: the orders of them a prediction
-averages over (``DRAWS``, ``mean_result``) and the trend that makes the simulated studies
-train as many epochs under ASHA as the recorded ones did (``_trend``).
+averages over (``ORDERS``, ``draws``, ``mean_result``) and the trend that makes the
+simulated studies train as many epochs under ASHA as the recorded ones did (``_trend``).
 
 ASHA keeps at each rung the trials whose metrics rank best so far, so the order of the
 metrics decides how many hops a study trains; an optimizer that learns from the earlier
@@ -10,22 +10,25 @@ trials makes later ones better and prunes fewer than metrics in random order wou
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 
 from hoptune.tasks.plan._history import Shape
 from hoptune.tasks.plan._simulate import SimResult, SimStudy, simulate
 from hoptune.tuner import AshaPruner
 
-__all__ = ["DRAWS", "IMPROVING", "PRIOR_TREND", "mean_result"]
+__all__ = ["FIT_STEPS", "ORDERS", "PRIOR_TREND", "draws", "mean_result"]
 
 
-#: The trends tried to match what the recorded studies trained: steps of 0.05, where one of
-#: 0.1 moved a 16-trial study's simulated hops by up to 9 (0.4 to 0.5: 69 to 78 of 2 shards).
-IMPROVING = [k / 20 for k in range(21)]
-#: Orders of the synthetic metrics a prediction averages over. One order decides which trials
-#: ASHA keeps and so how many hops a study trains: for 16 trials with two rungs, two orders
-#: gave 46 and 62 hops where runs of the same study trained 50 to 66.
-DRAWS = 16
+#: Orders of a study's synthetic metrics a prediction averages over, in all. One order decides
+#: which trials ASHA keeps and so how many hops a study trains: for 16 trials with two rungs,
+#: two orders gave 46 and 62 hops where runs of the same study trained 50 to 66. The orders'
+#: epochs a trial spread 0.26 for an 8-trial study, so 16 of them left a mean that moved with
+#: the study's seed: 1.89 to 2.10 epochs a trial over eight seeds at a trend of 0.25, where
+#: 256 orders give 1.95; 64 leave it within about 2%.
+ORDERS = 64
+#: Halvings of the trend's interval [0, 1] that ``_trend`` searches: to within 1/128.
+FIT_STEPS = 7
 #: The trend a plan assumes where no study with rungs is recorded yet. Not 0 (metrics in
 #: random order): an optimizer that learns from earlier trials makes later ones better. The
 #: studies of ``bench/quality.py`` on real data (16 trials, 4 in flight, 8 epochs, 2 shards)
@@ -34,6 +37,13 @@ DRAWS = 16
 #: Without it, the first 16-trial study with rungs of ``bench/plan.py`` was predicted 54 or 55
 #: hops in every run, where it trained 54 to 66 on two hosts.
 PRIOR_TREND = 0.2
+
+
+def draws(studies: int) -> int:
+    """Draws of a night's metrics that average ``ORDERS`` orders of each study, for a night of
+    ``studies`` studies with rungs: each study orders its metrics from its own seed, so one
+    draw of a night of many already averages many orders (and costs as many studies)."""
+    return max(1, math.ceil(ORDERS / max(1, studies)))
 
 
 def mean_result(results: list[SimResult]) -> SimResult:
@@ -74,18 +84,27 @@ def _trend(record: list[tuple[Shape, int, int]]) -> float:
         return sum(_epochs_per_trial(shape, improving) * finished
                    for shape, finished, _ in record)
 
-    return min(IMPROVING, key=lambda w: (abs(simulated(w) - trained), w))
+    # later trials better prune fewer: the simulated epochs grow with the trend, so halve
+    low, high = 0.0, 1.0
+    if simulated(low) >= trained:
+        return low
+    if simulated(high) <= trained:
+        return high
+    for _ in range(FIT_STEPS):
+        middle = (low + high) / 2
+        low, high = (middle, high) if simulated(middle) < trained else (low, middle)
+    return low if trained - simulated(low) <= simulated(high) - trained else high
 
 
 @functools.lru_cache(maxsize=1024)
 def _epochs_per_trial(shape: Shape, improving: float) -> float:
     """The epochs a trial of a study of ``shape`` trains under ASHA and trend ``improving``:
-    the mean over ``DRAWS`` orders of the metrics (one order of 8 trials prunes 2 to 6), a
-    second a hop: tens of milliseconds on a small host, once a process."""
+    the mean over ``ORDERS`` orders of the metrics (one order of 8 trials prunes 2 to 6), a
+    second a hop: a tenth of a second on a small host, once a process."""
     pruner = AshaPruner(reduction_factor=shape.reduction_factor, min_epochs=shape.min_epochs,
                         max_epochs=shape.epochs, recheck=shape.recheck)
     epochs = []
-    for draw in range(DRAWS):
+    for draw in range(ORDERS):
         study = SimStudy("fit", rows=[1] * shape.shards, hop_seconds=lambda _rows: 1.0,
                          budget=shape.budget, parallel=shape.parallel, epochs=shape.epochs,
                          pruner=pruner, improving=improving, draw=draw)
