@@ -254,6 +254,8 @@ def _report(result: dict, loads: list[str]) -> None:
     schedule = max(abs(r["replayed_error_share"]) for r in result["runs"])
     drift = [r["measured_hop_seconds"] / r["predicted_hop_seconds"] - 1 for r in result["runs"]]
     hops = [r["measured_hops"] / r["predicted_hops"] - 1 for r in result["runs"]]
+    inside = sum(r["range_seconds"][0] <= r["measured_seconds"] <= r["range_seconds"][1]
+                 for r in result["runs"])
     body = f"""## Planner: predicted against measured wall time (`bench/plan.py`)
 
 Machine: {machine()}. Command: `{command()}`. The machine is shared with other work while
@@ -267,15 +269,18 @@ before it, never by the run itself. Runs go through `hoptune nightly`'s path on 
 workers (embedded Redis, SQLite) once they have warmed up, as a running cluster's would be,
 with the demo's synthetic ratings (2 shards a region); wall time is from the first message
 sent to the last study's end. Range: the cost model's spread (90th percentile of its
-relative residuals). "Replayed" is a diagnosis, not a prediction: the same simulation given
-the run's own hop costs and gaps, after it, to tell the schedule's error (replayed against
-measured) from the hop cost's drift (hop seconds predicted against measured).
+relative residuals) and, with rungs, the 10th to 90th percentiles over the orders of the
+trials' metrics (how many hops ASHA keeps). "Replayed" is a diagnosis, not a prediction:
+the same simulation given the run's own hop costs and gaps, after it, to tell the
+schedule's error (replayed against measured) from the hop cost's drift (hop seconds
+predicted against measured).
 
 {HEADER_ROW}
 {"| --- " * 8}|
 {rows}
 
 Largest error {result['max_abs_error_share']:.1%} against a target of {TARGET:.0%}: {verdict}.
+Measured within the predicted range: {inside} of {len(result["runs"])} runs.
 Whole bench: {result['seconds']:.0f} s.
 
 Where the error comes from: given each run's own hop costs, the simulated schedule is

@@ -53,6 +53,32 @@ def test_the_deadline_gets_the_fewest_workers_the_simulator_says_meet_it(finishe
     assert plan["regions"] == ["north"] and plan["hops"] > 0
 
 
+def test_where_rungs_prune_the_range_spans_the_orders_of_the_metrics_too(finished, rt
+                                                                          ) -> None:
+    """How many hops ASHA keeps moves from order to order of the trials' metrics: the range
+    holds those draws' tails as well as the cost model's spread; without rungs, only that."""
+    from dataclasses import replace
+
+    planner = Planner(rt, load_config(finished), ["north"])
+    (inputs,) = planner.inputs
+    assert inputs.region.space and inputs.region.pruner.min_epochs < inputs.epochs  # rungs
+    spread = inputs.cost.spread
+    walls = [r.wall_seconds for r in planner._draws(2)]
+    assert len(set(walls)) > 1  # the orders prune differently
+    p = planner.plan(2)
+    cheap, dear = planner._run(2, max(0.0, 1 - spread)), planner._run(2, 1 + spread)
+    assert p.low_seconds <= cheap.wall_seconds and dear.wall_seconds <= p.high_seconds
+    assert p.high_seconds - p.low_seconds > dear.wall_seconds - cheap.wall_seconds
+    assert p.low_seconds <= p.wall_seconds <= p.high_seconds
+    # the same region planned without rungs: one draw, the cost model's range alone
+    fixed = replace(inputs, region=inputs.region.model_copy(update={"space": None}))
+    planner.inputs = [fixed]
+    p = planner.plan(2)
+    assert len(planner._draws(2)) == 1
+    assert (p.low_seconds, p.high_seconds) == (planner._run(2, max(0.0, 1 - spread)).wall_seconds,
+                                               planner._run(2, 1 + spread).wall_seconds)
+
+
 def test_a_tuned_regions_hops_are_costed_at_its_trials_mean_size(finished, rt) -> None:
     from hoptune.tasks.plan._costs import parameter_count
 
