@@ -244,7 +244,7 @@ class Planner:
 
             own = [s for s in finished if region_of(s).family in families]
         (self.validation, self.dispatch, self.start, self.start_model,
-         self.head, self.turnaround) = median_gaps(db, own)
+         self.head, self.turnaround) = median_gaps(db, own, beside=finished)
         trend = _trend(pruning_record(db, own))
         self.inputs = [replace(i, improving=trend if i.region.space else 0.0) for i in inputs]
 

@@ -130,9 +130,9 @@ def shard_chooser(rt: Runtime | Callable[[], Runtime], region: RegionConfig,
         batch = int(params.get("batch_size", region.batch_size))
         parameters = parameter_count(region.model_dump(mode="json"), {"meta": meta}, params)
         per_row = cost.seconds(1, batch, parameters) - cost.overhead
-        family = [s for s in rt.db.studies()
-                  if s.state != "running" and region_of(s).family == region.family]
-        dispatch = median_gaps(rt.db, family).dispatch if family else 0.0
+        finished = [s for s in rt.db.studies() if s.state != "running"]
+        family = [s for s in finished if region_of(s).family == region.family]
+        dispatch = median_gaps(rt.db, family, beside=finished).dispatch if family else 0.0
         return choose_shards(rows, row_bytes, per_row, cost.overhead + dispatch, count,
                              _memory())
 

@@ -152,6 +152,31 @@ def test_a_workers_turnaround_is_counted_where_its_next_hops_message_waited(regi
     assert median_gaps(db, [study]).turnaround == pytest.approx(0.02)
 
 
+def test_a_gap_counts_from_when_its_worker_was_free_of_other_regions_hops_too(region) -> None:
+    """A region planned alone after a night of several: between two hops of one of its
+    trials, the worker ran another region's hop; that was work, not the hand-on's gap."""
+    space = parse_space(region["space"], "space")
+    db = History()
+    db.validation = False
+    north = replace(db.add(region, space.to_json(), None, []),
+                    region_config={**region, "shards": 2}, finished_at=at(2.5))
+    south = replace(db.add({**region, "name": "south"}, space.to_json(), None, []),
+                    finished_at=at(3.0))
+    first = db.hop_rows[north.id][0]  # 0 to 1 s on w0
+    # south's hop held w0 from 1.0 to 1.5 s; north's second hop waited for it, 0.01 s more
+    db.hop_rows[south.id] = [replace(db.hop_rows[south.id][0], queued_at=at(0.5),
+                                     started_at=at(1.0), finished_at=at(1.5))]
+    db.hop_rows[north.id].append(replace(first, position=1, queued_at=at(1.0),
+                                         started_at=at(1.51), finished_at=at(2.5)))
+    assert median_gaps(db, [north]).dispatch == pytest.approx(0.51)  # south unseen
+    assert median_gaps(db, [north], beside=[north, south]).dispatch == pytest.approx(0.01)
+    # south's hops tell when w0 was free, and are not sampled: its turnaround is not north's
+    assert median_gaps(db, [north], beside=[south]).turnaround == pytest.approx(0.01)
+    # a study that ran at another time does not hold the worker
+    later = replace(south, created_at=at(100.0), finished_at=at(101.0))
+    assert median_gaps(db, [north], beside=[later]).dispatch == pytest.approx(0.51)
+
+
 def test_a_pruning_record_counts_the_epochs_its_finished_trials_trained(region) -> None:
     """Two studies that pruned as many trials train different epochs when one was pruned
     later (judged again at a rung it had passed): the record holds what they trained, and
