@@ -3,22 +3,35 @@
 Runs only where CUDA is: elsewhere it says so, leaves BENCHMARKS.md alone,
 exits 0 and prints the JSON line with every figure null.
 
-1. One AdamW step over n float32 parameters (1e5 to 1e8, in 10 tensors):
-   FusedAdamW (the CuPy kernel, once its self-test passed) next to
-   ``torch.optim.AdamW(fused=True)`` and ``(foreach=True)``: median ms per
-   step (CUDA events), GB/s (28 bytes per parameter: param, grad, exp_avg,
-   exp_avg_sq read, param, exp_avg, exp_avg_sq written) and that as a share of
-   the device's copy bandwidth (a 1 GiB ``copy_``, read and write counted).
-2. One trial of a ~1M-parameter rating model hopping between 2 real workers,
+1. The optimizer sweep: one step over n float32 parameters (1e4 to 1e8, in 10
+   and in 100 tensors), hoptune's fused AdamW and SGD (the CuPy kernels, once
+   their self-tests passed) next to torch's own, ``fused=True`` and
+   ``foreach=True``: median ms per step (CUDA events), GB/s (AdamW moves 28
+   bytes per parameter: param, grad, exp_avg, exp_avg_sq read, param,
+   exp_avg, exp_avg_sq written; SGD with momentum 20: param, grad, buffer
+   read, param, buffer written) and that as a share of the device's copy
+   bandwidth (a 1 GiB ``copy_``, read and write counted).
+2. Trial-epochs per second of the demo rating model (``bench/fusion.py``'s
+   pass over one shard): single hops one after another and cohorts of 8, 32
+   and 64 fused trials on the GPU, against single hops on one CPU thread.
+3. One trial of a ~1M-parameter rating model hopping between 2 real workers,
    on the GPU and then on the CPU, the same data: the medians of each part of
    a hop as ``bench/hop_overhead.py`` splits them (dispatch, load, train,
    save, recording).
+4. ``python -m pytest -q -m gpu tests``'s summary line and ``hoptune doctor``'s
+   verdicts, run by this bench on the same machine, so the section records
+   which checks passed beside the figures.
 
-Usage: python bench/gpu.py [--rows-per-shard 200000] [--epochs 3]
+Not measured yet: the GPU's busy share during a pass.
+
+Usage: python bench/gpu.py [--rows-per-shard 200000] [--epochs 3] [--rounds 5]
 Writes its section of BENCHMARKS.md (on a GPU only); the last line is one JSON
 object: device, adamw_1e8_vs_torch_fused (torch fused ms over FusedAdamW ms:
-above 1, ours is faster), adamw_1e8_bandwidth_share, gpu_hop_overhead_share,
-and the figures behind them.
+above 1, ours is faster), adamw_1e8_bandwidth_share, the least such ratio over
+the sweep from 1e5 parameters (``adamw_slowest_vs_torch_fused``, and SGD's),
+gpu_hop_overhead_share, the single hops' and the cohort of 32's trial-epochs per
+second over one CPU thread's, the pytest summary, doctor's verdicts, and the
+figures behind them.
 """
 
 from __future__ import annotations
@@ -43,12 +56,20 @@ import torch  # noqa: E402
 
 from bench._report import command, machine, write_section  # noqa: E402
 
-SIZES = (10**5, 10**6, 10**7, 10**8)
-REPEATS = {10**5: 200, 10**6: 100, 10**7: 50, 10**8: 20}
+SIZES = (10**4, 10**5, 10**6, 10**7, 10**8)
+TENSORS = (10, 100)
+REPEATS = {10**4: 200, 10**5: 200, 10**6: 100, 10**7: 50, 10**8: 20}
 BYTES_PER_PARAMETER = 28
+#: bytes an update must move per parameter (see the docstring)
+BYTES = {"AdamW": 28, "SGD": 20}
+SGD_HYPER = {"lr": 1e-2, "momentum": 0.9, "weight_decay": 1e-2}
+COHORTS = (1, 8, 32, 64)
 KEYS = ("device", "adamw_1e8_vs_torch_fused", "adamw_1e8_bandwidth_share",
         "gpu_hop_overhead_share", "adamw_1e8_ms", "adamw_1e8_gbps", "copy_gbps",
-        "gpu_hop_train_s", "cpu_hop_train_s", "cpu_hop_overhead_share", "fused_adamw_path")
+        "gpu_hop_train_s", "cpu_hop_train_s", "cpu_hop_overhead_share", "fused_adamw_path",
+        "adamw_slowest_vs_torch_fused", "sgd_slowest_vs_torch_fused",
+        "sgd_1e8_bandwidth_share", "single_hops_vs_cpu_thread", "cohort_32_vs_cpu_thread",
+        "pytest_gpu", "doctor")
 
 
 def copy_bandwidth(device: torch.device, size: int = 2**28, repeats: int = 10) -> float:
@@ -67,24 +88,107 @@ def copy_bandwidth(device: torch.device, size: int = 2**28, repeats: int = 10) -
     return 2 * 4 * size / seconds / 1e9
 
 
-def adamw_seconds(device: torch.device, sizes: tuple[int, ...] = SIZES,
-                  repeats: dict[int, int] | None = None) -> dict[int, dict[str, float]]:
-    """Median seconds of one step per size and optimizer (FusedAdamW, torch fused, foreach)."""
+def optimizer_sweep(device: torch.device, sizes: tuple[int, ...] = SIZES,
+                    tensors: tuple[int, ...] = TENSORS,
+                    repeats: dict[int, int] | None = None) -> list[dict[str, object]]:
+    """Median seconds of one step per optimizer (AdamW, SGD), tensor count, size and
+    implementation: hoptune's (``ours``), torch's ``fused`` and ``foreach``."""
     from bench.kernels import HYPER, Plan, step_seconds
     from hoptune import kernels
 
-    optimizers = {
-        "FusedAdamW": lambda p: kernels.make_optimizer("fused_adamw", p, **HYPER),
-        "torch AdamW fused": lambda p: torch.optim.AdamW(p, fused=True, **HYPER),
-        "torch AdamW foreach": lambda p: torch.optim.AdamW(p, foreach=True, **HYPER),
+    families = {
+        "AdamW": {"ours": lambda p: kernels.make_optimizer("fused_adamw", p, **HYPER),
+                  "torch fused": lambda p: torch.optim.AdamW(p, fused=True, **HYPER),
+                  "torch foreach": lambda p: torch.optim.AdamW(p, foreach=True, **HYPER)},
+        "SGD": {"ours": lambda p: kernels.make_optimizer("fused_sgd", p, **SGD_HYPER),
+                "torch fused": lambda p: torch.optim.SGD(p, fused=True, **SGD_HYPER),
+                "torch foreach": lambda p: torch.optim.SGD(p, foreach=True, **SGD_HYPER)},
     }
-    plan = Plan(device, sizes, repeats or REPEATS, optimizers)
-    out = {}
-    for n in sizes:
-        out[n] = step_seconds(plan, n)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()  # the next size's tensors need the memory
+    rows: list[dict[str, object]] = []
+    for family, optimizers in families.items():
+        for count in tensors:
+            plan = Plan(device, sizes, repeats or REPEATS, optimizers, tensors=count)
+            for n in sizes:
+                for by, seconds in step_seconds(plan, n).items():
+                    rows.append({"optimizer": family, "tensors": count, "parameters": n,
+                                 "by": by, "seconds": seconds})
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()  # the next size's tensors need the memory
+    return rows
+
+
+def adamw_table(rows: list[dict[str, object]], tensors: int = 10
+                ) -> dict[int, dict[str, float]]:
+    """The sweep's AdamW rows in ``tensors`` tensors: per size, seconds by optimizer name."""
+    names = {"ours": "FusedAdamW", "torch fused": "torch AdamW fused",
+             "torch foreach": "torch AdamW foreach"}
+    out: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r["optimizer"] == "AdamW" and r["tensors"] == tensors:
+            out.setdefault(int(r["parameters"]), {})[names[str(r["by"])]] = float(r["seconds"])
     return out
+
+
+def slowest_ratio(rows: list[dict[str, object]], optimizer: str, smallest: int = 10**5
+                  ) -> float:
+    """The least of torch fused's seconds over ours, over the sweep's sizes from ``smallest``
+    and its tensor counts (at least 1: ours no slower anywhere)."""
+    seconds = {(r["tensors"], r["parameters"], r["by"]): r["seconds"] for r in rows
+               if r["optimizer"] == optimizer and r["parameters"] >= smallest}
+    return min(seconds[t, n, "torch fused"] / seconds[t, n, "ours"]
+               for t, n, by in seconds if by == "ours")
+
+
+def cohort_rates(device: torch.device, sizes: tuple[int, ...] = COHORTS, rounds: int = 5
+                 ) -> dict[str, object]:
+    """Trial-epochs per second of the demo rating model on ``device``: K single hops one
+    after another and one cohort of K (``bench/fusion.py``'s pass), and single hops on one
+    CPU thread."""
+    from bench import fusion
+
+    spec = fusion._models()["demo rating model"]
+    on_device = fusion.measure("demo rating model", spec, sizes, rounds, device)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cpu = fusion.measure("demo rating model", spec, (1,), rounds, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(threads)
+    return {"sizes": {k: {"single": fusion._epochs_per_second(k, r["single"]),
+                          "cohort": fusion._epochs_per_second(k, r["cohort"])}
+                      for k, r in on_device.items()},
+            "cpu_thread": fusion._epochs_per_second(1, cpu[1]["single"])}
+
+
+def gpu_checks(timeout: float = 1800) -> dict[str, object]:
+    """``python -m pytest -q -m gpu tests``'s summary line and ``hoptune doctor``'s verdicts
+    (its lines that start with ok, warn or fail), each run here, in the repository."""
+    import subprocess
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout, env=os.environ.copy())
+
+    tests = run("-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests")
+    doctor = run("-m", "hoptune.tasks.cli", "doctor")
+    return {"pytest_gpu": pytest_summary(tests.stdout) or f"no summary (exit {tests.returncode})",
+            "pytest_exit": tests.returncode, "doctor": doctor_verdicts(doctor.stdout),
+            "doctor_exit": doctor.returncode}
+
+
+def pytest_summary(stdout: str) -> str | None:
+    """pytest's last summary line (``3 passed, 1 skipped in 4.2s``), its rule stripped."""
+    import re
+
+    lines = [line.strip("= ") for line in stdout.splitlines()
+             if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)\b", line)]
+    return lines[-1] if lines else None
+
+
+def doctor_verdicts(stdout: str) -> list[str]:
+    """``hoptune doctor``'s versions line and its verdicts (lines starting ok, warn or fail)."""
+    return [line.strip() for line in stdout.splitlines()
+            if line.split(" ", 1)[0] in ("ok", "warn", "fail") or line.startswith("versions")]
 
 
 def fused_adamw_path(device: torch.device) -> str:
@@ -137,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows-per-shard", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the cohort passes")
+    parser.add_argument("--skip-checks", action="store_true",
+                        help="leave out `pytest -m gpu` and `hoptune doctor` (their keys null)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         return _no_gpu()
@@ -155,9 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = fused_adamw_path(device)
         copy_gbps = copy_bandwidth(device)
-        adamw = adamw_seconds(device)
+        sweep = optimizer_sweep(device)
+        adamw = adamw_table(sweep)
         print(f"AdamW ({path}), copy {copy_gbps:.1f} GB/s: {json.dumps(adamw)}",
               file=sys.stderr, flush=True)
+        cohorts = cohort_rates(device, rounds=args.rounds)
+        print(f"cohorts: {json.dumps(cohorts)}", file=sys.stderr, flush=True)
         hops = {}
         for kind in (str(device), "cpu"):
             hops[kind] = hop_parts(home, [kind, kind], args.rows_per_shard, args.epochs)
@@ -165,15 +275,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         broker.stop()
         shutil.rmtree(home, ignore_errors=True)
-    figures = summary(device, path, copy_gbps, adamw, hops)
-    write_section("gpu", report(device, path, copy_gbps, adamw, hops, args))
+    checks = None if args.skip_checks else gpu_checks()
+    figures = summary(device, path, copy_gbps, adamw, hops, sweep=sweep, cohorts=cohorts,
+                      checks=checks)
+    write_section("gpu", report(device, path, copy_gbps, adamw, hops, args, sweep=sweep,
+                                cohorts=cohorts, checks=checks))
     print(json.dumps(figures))
     return 0
 
 
 def summary(device: torch.device, path: str, copy_gbps: float,
-            adamw: dict[int, dict[str, float]], hops: dict[str, dict[str, float]]
-            ) -> dict[str, object]:
+            adamw: dict[int, dict[str, float]], hops: dict[str, dict[str, float]], *,
+            sweep: list[dict[str, object]] | None = None,
+            cohorts: dict[str, object] | None = None,
+            checks: dict[str, object] | None = None) -> dict[str, object]:
     largest = max(adamw)
     ours, fused = adamw[largest]["FusedAdamW"], adamw[largest]["torch AdamW fused"]
     gbps = BYTES_PER_PARAMETER * largest / ours / 1e9
@@ -188,6 +303,23 @@ def summary(device: torch.device, path: str, copy_gbps: float,
                copy_gbps=round(copy_gbps, 1), gpu_hop_train_s=gpu["train_s"],
                cpu_hop_train_s=cpu["train_s"], cpu_hop_overhead_share=cpu["overhead_share"],
                fused_adamw_path=path)
+    if sweep:
+        sgd = {r["by"]: r["seconds"] for r in sweep if r["optimizer"] == "SGD"
+               and r["tensors"] == 10 and r["parameters"] == largest}
+        smallest = min(10**5, largest)  # the issue's sizes, or the largest of a smaller sweep
+        out.update(adamw_slowest_vs_torch_fused=round(slowest_ratio(sweep, "AdamW", smallest),
+                                                      3),
+                   sgd_slowest_vs_torch_fused=round(slowest_ratio(sweep, "SGD", smallest), 3),
+                   sgd_1e8_bandwidth_share=round(
+                       BYTES["SGD"] * largest / sgd["ours"] / 1e9 / copy_gbps, 3))
+    if cohorts:
+        per = cohorts["sizes"]
+        thread = cohorts["cpu_thread"]
+        out.update(single_hops_vs_cpu_thread=round(per[min(per)]["single"] / thread, 2),
+                   cohort_32_vs_cpu_thread=round(per[32]["cohort"] / thread, 2)
+                   if 32 in per else None)
+    if checks:
+        out.update(pytest_gpu=checks["pytest_gpu"], doctor=checks["doctor"])
     return out
 
 
@@ -215,7 +347,9 @@ def _label(n: int) -> str:
 
 def report(device: torch.device, path: str, copy_gbps: float,
            adamw: dict[int, dict[str, float]], hops: dict[str, dict[str, float]],
-           args: argparse.Namespace) -> str:
+           args: argparse.Namespace, *, sweep: list[dict[str, object]] | None = None,
+           cohorts: dict[str, object] | None = None,
+           checks: dict[str, object] | None = None) -> str:
     import cupy
 
     name = torch.cuda.get_device_name(device)
@@ -225,17 +359,11 @@ def report(device: torch.device, path: str, copy_gbps: float,
         f"Machine: {machine()}; GPU {name} (driver {driver}, torch CUDA {torch.version.cuda}, "
         f"CuPy {cupy.__version__}). Command: `{command()}`.", "",
         f"`fused_adamw` on this GPU builds {path}. Copy bandwidth (1 GiB `copy_`, read and "
-        f"write): {copy_gbps:.0f} GB/s.", "",
-        "One AdamW step over n float32 parameters in 10 tensors, median of CUDA-event timings "
-        "after warm-up; GB/s counts the 28 bytes per parameter an update must move.", "",
-        "| parameters | optimizer | median ms/step | GB/s | share of copy bandwidth |",
-        "| ---: | --- | ---: | ---: | ---: |",
+        f"write): {copy_gbps:.0f} GB/s.",
     ]
-    for n, row in adamw.items():
-        for optimizer, seconds in row.items():
-            gbps = BYTES_PER_PARAMETER * n / seconds / 1e9
-            lines.append(f"| {_label(n)} | {optimizer} | {seconds * 1e3:.3f} | {gbps:.0f} | "
-                         f"{gbps / copy_gbps:.0%} |")
+    lines += sweep_lines(sweep, copy_gbps) if sweep else adamw_lines(adamw, copy_gbps)
+    if cohorts:
+        lines += cohort_lines(cohorts)
     lines += [
         "", f"One trial of the ~1M-parameter rating model of `bench/hop_overhead.py` hopping "
         f"between 2 real workers (embedded Redis, SQLite, store folder), "
@@ -250,7 +378,67 @@ def report(device: torch.device, path: str, copy_gbps: float,
                        ("overhead_share", "overhead share")):
         fmt = "{:.1%}" if key == "overhead_share" else "{:.4f}"
         lines.append(f"| {label} | {fmt.format(gpu[key])} | {fmt.format(cpu[key])} |")
+    if checks:
+        lines += ["", f"`python -m pytest -q -m gpu tests` in the same run: "
+                  f"{checks['pytest_gpu']} (exit {checks['pytest_exit']}). `hoptune doctor` "
+                  f"(exit {checks['doctor_exit']}):", ""]
+        lines += [f"- {line}" for line in checks["doctor"]]
     return "\n".join(lines)
+
+
+def adamw_lines(adamw: dict[int, dict[str, float]], copy_gbps: float) -> list[str]:
+    lines = [
+        "", "One AdamW step over n float32 parameters in 10 tensors, median of CUDA-event "
+        "timings after warm-up; GB/s counts the 28 bytes per parameter an update must move.",
+        "", "| parameters | optimizer | median ms/step | GB/s | share of copy bandwidth |",
+        "| ---: | --- | ---: | ---: | ---: |",
+    ]
+    for n, row in adamw.items():
+        for optimizer, seconds in row.items():
+            gbps = BYTES_PER_PARAMETER * n / seconds / 1e9
+            lines.append(f"| {_label(n)} | {optimizer} | {seconds * 1e3:.3f} | {gbps:.0f} | "
+                         f"{gbps / copy_gbps:.0%} |")
+    return lines
+
+
+def sweep_lines(sweep: list[dict[str, object]], copy_gbps: float) -> list[str]:
+    lines = [
+        "", "One optimizer step over n float32 parameters, median of CUDA-event timings after "
+        "warm-up (AdamW: lr 1e-3, weight decay 1e-2; SGD: lr 1e-2, momentum 0.9, weight "
+        "decay 1e-2). GB/s and its share of the copy bandwidth are hoptune's, counting the "
+        "bytes an update must move (AdamW 28 a parameter, SGD with momentum 20); the last "
+        "column is torch fused's time over hoptune's (at least 1: hoptune's no slower).", "",
+        "| optimizer | tensors | parameters | hoptune ms | torch fused ms | torch foreach ms "
+        "| hoptune GB/s | share of copy | torch fused / hoptune |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    table: dict[tuple[str, int, int], dict[str, float]] = {}
+    for r in sweep:
+        key = (str(r["optimizer"]), int(r["tensors"]), int(r["parameters"]))
+        table.setdefault(key, {})[str(r["by"])] = float(r["seconds"])
+    for (optimizer, tensors, n), t in table.items():
+        gbps = BYTES[optimizer] * n / t["ours"] / 1e9
+        lines.append(f"| {optimizer} | {tensors} | {_label(n)} | {t['ours'] * 1e3:.3f} | "
+                     f"{t['torch fused'] * 1e3:.3f} | {t['torch foreach'] * 1e3:.3f} | "
+                     f"{gbps:.0f} | {gbps / copy_gbps:.0%} | "
+                     f"{t['torch fused'] / t['ours']:.2f} |")
+    return lines
+
+
+def cohort_lines(cohorts: dict[str, object]) -> list[str]:
+    thread = cohorts["cpu_thread"]
+    lines = [
+        "", "Trial-epochs per second of the demo rating model (`bench/fusion.py`'s pass over "
+        "one shard: half a trial-epoch with 2 shards), median over the rounds: K single hops "
+        f"one after another and one cohort of K fused trials on the GPU; single hops on one "
+        f"CPU thread: {thread:.2f} trial-epochs/s.", "",
+        "| K | single hops on the GPU | cohort on the GPU | single hops over one CPU thread "
+        "| cohort over one CPU thread |", "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for k, r in cohorts["sizes"].items():
+        lines.append(f"| {k} | {r['single']:.2f} | {r['cohort']:.2f} | "
+                     f"{r['single'] / thread:.1f}x | {r['cohort'] / thread:.1f}x |")
+    return lines
 
 
 if __name__ == "__main__":

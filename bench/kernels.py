@@ -57,6 +57,7 @@ class Plan:
     sizes: tuple[int, ...]
     repeats: dict[int, int]
     optimizers: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]]
+    tensors: int = TENSORS  # the parameters are split into this many tensors
 
 
 def _fused_name(device: torch.device) -> str:
@@ -88,10 +89,10 @@ def plan(quick: bool) -> Plan:
     return Plan(torch.device("cpu"), sizes, repeats, optimizers)
 
 
-def parameters(n: int, device: torch.device) -> list[torch.Tensor]:
-    """n float32 parameters in TENSORS tensors, each with a fixed random gradient."""
+def parameters(n: int, device: torch.device, tensors: int = TENSORS) -> list[torch.Tensor]:
+    """n float32 parameters in ``tensors`` tensors, each with a fixed random gradient."""
     g = torch.Generator().manual_seed(0)
-    sizes = [n // TENSORS + (1 if i < n % TENSORS else 0) for i in range(TENSORS)]
+    sizes = [n // tensors + (1 if i < n % tensors else 0) for i in range(tensors)]
     params = []
     for size in sizes:
         p = torch.randn(size, generator=g).to(device).requires_grad_()
@@ -106,7 +107,8 @@ def step_seconds(p: Plan, n: int) -> dict[str, float]:
     The optimizers take turns, one timed step each per round, so a change in the
     machine's load during the run affects them alike.
     """
-    optimizers = {name: make(parameters(n, p.device)) for name, make in p.optimizers.items()}
+    optimizers = {name: make(parameters(n, p.device, p.tensors))
+                  for name, make in p.optimizers.items()}
     for optimizer in optimizers.values():
         for _ in range(WARMUP):
             optimizer.step()

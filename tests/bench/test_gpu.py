@@ -39,8 +39,22 @@ def test_its_measurements_run_on_the_cpu(home: Path, redis_url: str) -> None:
         sys.path.remove(str(ROOT))
     cpu = torch.device("cpu")
     assert gpu.copy_bandwidth(cpu, size=2**16, repeats=2) > 0
-    adamw = gpu.adamw_seconds(cpu, sizes=(1000, 10_000), repeats={1000: 2, 10_000: 2})
+    sweep = gpu.optimizer_sweep(cpu, sizes=(1000, 10_000), tensors=(10, 100),
+                                repeats={1000: 2, 10_000: 2})
+    assert {(r["optimizer"], r["tensors"], r["parameters"], r["by"]) for r in sweep} == {
+        (o, t, n, by) for o in ("AdamW", "SGD") for t in (10, 100) for n in (1000, 10_000)
+        for by in ("ours", "torch fused", "torch foreach")}
+    assert all(r["seconds"] > 0 for r in sweep)
+    adamw = gpu.adamw_table(sweep)
     assert set(adamw[1000]) == {"FusedAdamW", "torch AdamW fused", "torch AdamW foreach"}
+    assert gpu.slowest_ratio(sweep, "SGD", smallest=1000) == min(
+        r["seconds"] / ours["seconds"] for r in sweep for ours in sweep
+        if r["by"] == "torch fused" and ours["by"] == "ours" and r["optimizer"] == "SGD"
+        and ours["optimizer"] == "SGD" and (r["tensors"], r["parameters"]) == (
+            ours["tensors"], ours["parameters"]))
+    cohorts = gpu.cohort_rates(cpu, sizes=(1, 2), rounds=1)
+    assert set(cohorts["sizes"]) == {1, 2} and cohorts["cpu_thread"] > 0
+    assert all(v > 0 for r in cohorts["sizes"].values() for v in r.values())
     assert gpu.fused_adamw_path(cpu).startswith("FusedAdamW")
     hops = gpu.hop_parts(home, ["cpu", "cpu"], rows_per_shard=3000, epochs=1)
     assert hops["train_s"] > 0 and 0 < hops["overhead_share"] < 1
@@ -48,3 +62,32 @@ def test_its_measurements_run_on_the_cpu(home: Path, redis_url: str) -> None:
     assert figures["device"] == "cpu" and figures["adamw_1e8_vs_torch_fused"] > 0
     assert figures["gpu_hop_overhead_share"] == hops["overhead_share"]
     assert json.loads(json.dumps(figures)).keys() == set(gpu.KEYS)
+    checks = {"pytest_gpu": "3 passed", "pytest_exit": 0, "doctor": ["ok   devices: 1"],
+              "doctor_exit": 0}
+    figures = gpu.summary(cpu, "FusedAdamW", 10.0, adamw, {"cpu": hops}, sweep=sweep,
+                          cohorts=cohorts, checks=checks)
+    assert figures["sgd_slowest_vs_torch_fused"] > 0 and figures["sgd_1e8_bandwidth_share"] > 0
+    assert figures["single_hops_vs_cpu_thread"] > 0 and figures["cohort_32_vs_cpu_thread"] is None
+    assert figures["pytest_gpu"] == "3 passed" and figures["doctor"] == ["ok   devices: 1"]
+    assert json.loads(json.dumps(figures)).keys() == set(gpu.KEYS)
+    table = "\n".join(gpu.sweep_lines(sweep, 10.0) + gpu.cohort_lines(cohorts))
+    assert table.count("| AdamW | 100 |") == 2 and table.count("| SGD | 10 |") == 2
+    assert "| 2 |" in table
+
+
+def test_the_checks_it_records_are_pytests_summary_and_doctors_verdicts() -> None:
+    """What bench/gpu.py keeps of `pytest -m gpu` and `hoptune doctor`, from their output."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench import gpu
+    finally:
+        sys.path.remove(str(ROOT))
+    out = "..s\n= warnings summary =\n== 3 passed, 1 skipped, 1230 deselected in 9.1s ==\n"
+    assert gpu.pytest_summary(out) == "3 passed, 1 skipped, 1230 deselected in 9.1s"
+    assert gpu.pytest_summary("ERROR: no tests\n") is None
+    doctor = subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", "doctor"], text=True,
+                            capture_output=True, timeout=120, env=os.environ.copy())
+    verdicts = gpu.doctor_verdicts(doctor.stdout)
+    assert verdicts[0].startswith("versions: Python")
+    assert any(v.startswith("ok") and "devices" in v for v in verdicts)
+    assert all(v.split(" ", 1)[0] in ("versions:", "ok", "warn", "fail") for v in verdicts)
