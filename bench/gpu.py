@@ -25,6 +25,7 @@ exits 0 and prints the JSON line with every figure null.
 Not measured yet: the GPU's busy share during a pass.
 
 Usage: python bench/gpu.py [--rows-per-shard 200000] [--epochs 3] [--rounds 5]
+                           [--skip-checks]
 Writes its section of BENCHMARKS.md (on a GPU only); the last line is one JSON
 object: device, adamw_1e8_vs_torch_fused (torch fused ms over FusedAdamW ms:
 above 1, ours is faster), adamw_1e8_bandwidth_share, the least such ratio over
