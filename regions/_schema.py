@@ -47,7 +47,7 @@ __all__ = [
 EXPECT = {
     "shards": "an integer >= 1 or 'auto'",
     **dict.fromkeys(("epochs", "batch_size", "trials", "parallel"), "an integer >= 1"),
-    "fuse": "an integer from 1 to 64",
+    "fuse": "an integer from 1 to 64 or 'auto'",
     **dict.fromkeys(("seed", "max_redeliveries"), "an integer >= 0"),
     "min_epochs": "an integer >= 1",
     "reduction_factor": "an integer >= 2",
@@ -221,8 +221,9 @@ class Defaults(_Frozen):
     optimizer: Literal["fused_adamw", "fused_sgd", "adamw", "sgd"] = "fused_adamw"
     trials: Count = 16
     parallel: Count = 4
-    # trials of a study that train together as one fused model in one hop (1: each alone)
-    fuse: Annotated[int, Strict(), Field(ge=1, le=64)] = 1
+    # trials of a study that train together as one fused model in one hop (1: each alone);
+    # "auto": as many as the training device suits (``regions.fuse_limit``)
+    fuse: Annotated[int, Strict(), Field(ge=1, le=64)] | Literal["auto"] = 1
     max_redeliveries: Natural = 3
     params: dict[str, Any] = Field(default_factory=dict)
     space: dict[str, Any] = Field(default_factory=dict)
@@ -303,6 +304,11 @@ class RegionConfig(Defaults):
     def format(self) -> str:
         """``"csv"`` or ``"parquet"``, from the suffix of ``data``."""
         return _SUFFIXES[self.data.suffix.lower()]
+
+    @property
+    def fuses(self) -> bool:
+        """Whether the region's trials may train as cohorts (``fuse`` above 1, or "auto")."""
+        return self.fuse == "auto" or self.fuse > 1
 
     @model_validator(mode="before")
     @classmethod

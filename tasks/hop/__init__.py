@@ -15,6 +15,7 @@ from hoptune.core import lazy_names
 _NAMES = {
     "cohort_of": "hoptune.tasks.hop._cohort_forming",
     "form_cohorts": "hoptune.tasks.hop._cohort_forming",
+    "fuse_size": "hoptune.tasks.hop._cohort_forming",
     "run_cohort_hop": "hoptune.tasks.hop._cohort_hop",
     "Member": "hoptune.tasks.hop._cohort_pass",
     "train_cohort_pass": "hoptune.tasks.hop._cohort_pass",

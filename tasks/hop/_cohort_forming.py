@@ -11,18 +11,19 @@ so a cohort message is only a way to train them in one pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hoptune.regions import RegionConfig, get_family
 from hoptune.tasks.worker import Dispatch, Runtime, cohort_dispatch, hop_dispatch, region_of
 
-__all__ = ["cohort_of", "form_cohorts"]
+__all__ = ["cohort_of", "form_cohorts", "fuse_size"]
 
 
 def cohort_of(region: RegionConfig, params: dict[str, Any]) -> str | None:
     """The cohort a trial of ``params`` may join (trials with equal values fuse), or None
     when it fuses with no other or the region does not fuse."""
-    if region.fuse < 2:
+    if not region.fuses:
         return None
     # fusing (torch) is imported only where a region fuses: the sweeper, which a command
     # runs too, imports this module
@@ -30,6 +31,30 @@ def cohort_of(region: RegionConfig, params: dict[str, Any]) -> str | None:
 
     key = cohort_key(get_family(region), params)
     return None if isinstance(key, Unfusable) else repr(key)
+
+
+def fuse_size(region: RegionConfig, params: dict[str, Any],
+              meta: Callable[[], dict[str, Any]]) -> int:
+    """The most trials of the cohort of ``params`` that fuse: the region's ``fuse``, or for
+    "auto" what ``regions.fuse_limit`` gives on this worker's device (the one place that
+    decides it), for the model of ``params`` on a GPU. ``meta`` (the data's, as the
+    manifest holds it) is read only there."""
+    if region.fuse != "auto":
+        return region.fuse
+    import torch
+
+    from hoptune.regions import fuse_limit
+    from hoptune.tasks.worker import worker_device
+
+    device = worker_device()
+    if device.type != "cuda":
+        return fuse_limit("auto", device=device)
+    from hoptune.tasks.hop._training import bare_trial_model
+
+    model = bare_trial_model(region, params, meta())
+    return fuse_limit("auto", device=device,
+                      parameters=sum(p.numel() for p in model.parameters()),
+                      memory=torch.cuda.get_device_properties(device).total_memory)
 
 
 def _members(d: Dispatch) -> list[Dispatch]:
@@ -60,6 +85,7 @@ def form_cohorts(rt: Runtime, dispatches: list[Dispatch], *,
     params = params or {}
     out: list[Dispatch] = []
     groups: dict[tuple[Any, ...], dict[int, int]] = {}  # where -> trial -> its epoch
+    known: dict[int, dict[str, Any]] = {}  # trial -> its params
     for d in dispatches:
         k = d.kwargs
         if d.task != "hoptune.hop":
@@ -68,19 +94,21 @@ def form_cohorts(rt: Runtime, dispatches: list[Dispatch], *,
         if k["study"] not in regions:
             regions[k["study"]] = region_of(rt.db.study(k["study"]))
         region = regions[k["study"]]
-        if region.fuse < 2:
+        if not region.fuses:
             out.append(d)
             continue
-        key = cohort_of(region, params[k["trial"]] if k["trial"] in params
-                        else rt.db.trial(k["trial"]).params)
+        known[k["trial"]] = (params[k["trial"]] if k["trial"] in params
+                             else rt.db.trial(k["trial"]).params)
+        key = cohort_of(region, known[k["trial"]])
         if key is None:
             out.append(d)
             continue
         where = (k["region"], k["study"], k["position"], k["shard"], key)
         groups.setdefault(where, {}).setdefault(k["trial"], k["epoch"])
     for (name, study, position, shard, _), members in groups.items():
-        size = regions[study].fuse
         trials = list(members)
+        size = fuse_size(regions[study], known[trials[0]],
+                         lambda study=study: rt.db.study(study).manifest["meta"])
         for start in range(0, len(trials), size):
             chunk = trials[start:start + size]
             epochs = [members[t] for t in chunk]

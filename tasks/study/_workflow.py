@@ -24,6 +24,7 @@ from hoptune.tasks.hop import (
     choose_visit_order,
     cohort_of,
     form_cohorts,
+    fuse_size,
     model_at,
     rewind,
     trial_seed,
@@ -104,11 +105,13 @@ def _proposals(rt: Runtime, study: StudyRow, trials: list[TrialRow]
 
 class CohortStart(NamedTuple):
     """A cohort whose members start their next epoch now, together: its ``cohort_of`` key,
-    the shard its next pass trains on, and how many members go on."""
+    the shard its next pass trains on, how many members go on, and the most it may have
+    (``fuse_size``)."""
 
     cohort: str
     shard: int
     members: int
+    most: int
 
 
 def tune_step(rt: Runtime, study_id: int, joining: CohortStart | None = None
@@ -162,11 +165,13 @@ def _fill_slots(rt: Runtime, conn: Any, study: StudyRow, trials: list[TrialRow],
     loads = HopRecords(db).shard_loads(region.name, live_after(), conn)
     starting = pending[: max(free, 0)]
     keys = [cohort_of(region, t.params) for t in starting]
-    idle = len(idle_owners(loads, region.shards)) if region.fuse > 1 else 0
-    sizes = {k: cohort_size(keys.count(k), region.fuse, idle) for k in set(keys) - {None}}
+    idle = len(idle_owners(loads, region.shards)) if region.fuses else 0
+    params = {k: t.params for t, k in zip(starting, keys, strict=True) if k is not None}
+    sizes = {k: cohort_size(keys.count(k), fuse_size(region, p, lambda: study.manifest["meta"]),
+                            idle) for k, p in params.items()}
     # cohort -> its first shard, members so far, most members
     cohorts: dict[str, tuple[int, int, int]] = (
-        {joining.cohort: (joining.shard, joining.members, region.fuse)}
+        {joining.cohort: (joining.shard, joining.members, joining.most)}
         if joining is not None else {})
     for trial, cohort in zip(starting, keys, strict=True):
         tentative = choose_visit_order(region.shards, trial.seed, 0,
@@ -185,7 +190,7 @@ def _fill_slots(rt: Runtime, conn: Any, study: StudyRow, trials: list[TrialRow],
     if not running and not pending and len(trials) >= study.budget:
         if _finish_study(rt, conn, study, trials):
             out.append(promote_dispatch(study.id))
-    if region.fuse < 2:
+    if not region.fuses:
         return out
     return form_cohorts(rt, out, regions={study.id: region},
                         params={t.id: t.params for t in trials})
@@ -258,12 +263,13 @@ def _fill_at_boundary(rt: Runtime, out: list[Dispatch], going_on: list[EpochEnd]
     if key is None:
         return out
     members = sum(cohort_of(region, e.trial.params) == key for e in going_on)
-    if members >= region.fuse:
+    most = fuse_size(region, going_on[0].trial.params, lambda: going_on[0].manifest["meta"])
+    if members >= most:
         return out
     if idle_owners(HopRecords(rt.db).shard_loads(region.name, live_after()), region.shards):
         return out
     try:
-        started = tune_step(rt, study.id, joining=CohortStart(key, first, members))
+        started = tune_step(rt, study.id, joining=CohortStart(key, first, members, most))
     except Exception:  # noqa: BLE001 - the tune_step message fills the slots instead
         log.warning("study %d: filling the slots at a cohort's epoch boundary failed; "
                     "sending tune_step", study.id, exc_info=True)

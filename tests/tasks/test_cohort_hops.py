@@ -42,7 +42,7 @@ CONFIGS = [
 ]
 
 
-def fused_config(path: Path, fuse: int) -> Path:
+def fused_config(path: Path, fuse: int | str) -> Path:
     """The test configuration at ``path`` with ``fuse`` set for every region."""
     path.write_text(path.read_text().replace("[defaults]\n", f"[defaults]\nfuse = {fuse}\n", 1))
     return path
@@ -55,7 +55,7 @@ def one_worker(rt, region) -> None:  # noqa: ANN001
                                   shards=[[region.name, k] for k in range(region.shards)])
 
 
-def _setup(make_config, rt, fuse: int = 4, **kw):  # noqa: ANN001, ANN202
+def _setup(make_config, rt, fuse: int | str = 4, **kw):  # noqa: ANN001, ANN202
     region = load_config(fused_config(make_config(**kw), fuse)).region("north")
     manifest = ingest(region, Store(rt.settings.store_url)).manifest
     one_worker(rt, region)
@@ -152,6 +152,39 @@ def test_fuse_one_keeps_every_hop_single(make_config, rt) -> None:
     study = create_study(rt, region, manifest=manifest, configs=CONFIGS)
     first = tune_step(rt, study)
     assert [d.task for d in first] == ["hoptune.hop"] * 4
+
+
+def test_fuse_auto_is_the_cpu_cohort_on_a_cpu_and_what_a_gpus_memory_holds() -> None:
+    from hoptune.regions import fuse_limit
+    from hoptune.regions._fusion import CPU_FUSE, MAX_FUSE
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert fuse_limit(4, device=gpu) == 4 and fuse_limit(1, device=cpu) == 1
+    assert fuse_limit("auto", device=cpu) == CPU_FUSE == 16
+    # 80 GiB: the demo's ~1M-parameter model fills the bound; 1e8 parameters (1.6 GB of
+    # weights, gradients and moments each) 13 in a quarter of it; 1e9, one at a time
+    assert fuse_limit("auto", device=gpu, parameters=10**6, memory=80 * 2**30) == MAX_FUSE
+    assert fuse_limit("auto", device=gpu, parameters=10**8, memory=80 * 2**30) == 13
+    assert fuse_limit("auto", device=gpu, parameters=10**9, memory=80 * 2**30) == 1
+    with pytest.raises(ValueError, match="needs the model's parameters"):
+        fuse_limit("auto", device=gpu)
+
+
+def test_fuse_auto_on_a_cpu_worker_starts_new_trials_as_one_cohort(make_config, rt) -> None:
+    """The decision runs where the cohort forms, on this (CPU) worker's device: the CPU's
+    cohort size, the data's meta never read."""
+    from hoptune.tasks.hop import fuse_size
+
+    region, manifest = _setup(make_config, rt, fuse='"auto"', shards=2, epochs=1, parallel=4)
+    assert region.fuse == "auto" and region.fuses
+    assert fuse_size(region, CONFIGS[0], lambda: pytest.fail("meta read on a CPU")) == 16
+    study = create_study(rt, region, manifest=manifest, configs=CONFIGS)
+    first = tune_step(rt, study)
+    assert [d.task for d in first] == ["hoptune.cohort_hop"]
+    assert len(first[0].kwargs["trials"]) == 4
+    run_inline(rt, first)
+    assert [t.state for t in rt.db.trials(study)] == ["done"] * 4
+    assert_as_alone(rt, study)
 
 
 def test_a_redelivered_cohort_trains_no_member_twice(make_config, rt) -> None:
