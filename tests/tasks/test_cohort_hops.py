@@ -187,6 +187,29 @@ def test_fuse_auto_on_a_cpu_worker_starts_new_trials_as_one_cohort(make_config, 
     assert_as_alone(rt, study)
 
 
+def test_fuse_auto_on_a_gpu_worker_sizes_the_cohort_from_its_memory_and_the_model(
+        make_config, rt, monkeypatch) -> None:
+    """The GPU branch, through the same code on this CPU: the device and its memory as a
+    GPU worker would report them, the trial's model counted on the meta device."""
+    import types
+
+    import hoptune.tasks.worker
+    from hoptune.tasks.hop import fuse_size
+
+    region, manifest = _setup(make_config, rt, fuse='"auto"')
+    monkeypatch.setattr(hoptune.tasks.worker, "worker_device", lambda: torch.device("cuda", 0))
+    memory = {"bytes": 0}
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: types.SimpleNamespace(total_memory=memory["bytes"]))
+    params = {**get_family(region).default_params, **region.params, **CONFIGS[0]}
+    model = get_family(region).build(params, manifest["meta"])
+    n = sum(p.numel() for p in model.parameters())
+    memory["bytes"] = 4 * 16 * n * 10  # a quarter of it holds 10 trials' 16 bytes a parameter
+    assert fuse_size(region, params, lambda: manifest["meta"]) == 10
+    memory["bytes"] = 80 * 2**30
+    assert fuse_size(region, params, lambda: manifest["meta"]) == 64
+
+
 def test_a_redelivered_cohort_trains_no_member_twice(make_config, rt) -> None:
     region, manifest = _setup(make_config, rt, fuse=4, shards=2, epochs=1, parallel=4)
     study = create_study(rt, region, manifest=manifest, configs=CONFIGS[:3])
