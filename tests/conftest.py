@@ -47,6 +47,15 @@ for _key in ("HOPTUNE_DATABASE_URL", "HOPTUNE_STORE_URL", "HOPTUNE_CONFIG"):
     os.environ.pop(_key, None)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # noqa: ANN201
+    """Each phase's report on the test item (``rep_setup``, ``rep_call``), for fixtures that
+    add what a failed test leaves behind to its report."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
 def pytest_report_header() -> str:
     return f"hoptune test broker: {REDIS_URL}"
 

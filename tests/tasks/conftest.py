@@ -9,6 +9,9 @@ import pytest
 
 from tests.tasks.configs import CONFIG, FAST_LIVENESS, REGION
 
+#: lines of each worker's log a failed test's report gets
+LOG_TAIL = 80
+
 
 @pytest.fixture
 def make_config(home: Path) -> Callable[..., Path]:
@@ -59,8 +62,10 @@ def rt(home: Path):  # noqa: ANN201 - tasks.Runtime
 
 
 @pytest.fixture
-def cluster(redis_url: str, home: Path):  # noqa: ANN201 - a starter of LocalCluster
-    """Start real `hoptune worker` processes on the test Redis; stopped after the test."""
+def cluster(redis_url: str, home: Path, request: pytest.FixtureRequest):  # noqa: ANN201
+    """Start real `hoptune worker` processes on the test Redis; stopped after the test. A
+    test that failed gets the end of each worker's log in its report (the home, and the
+    logs in it, are removed after the test)."""
     from hoptune.tasks import app
     from hoptune.tasks.cli._cluster import LocalCluster
 
@@ -80,3 +85,9 @@ def cluster(redis_url: str, home: Path):  # noqa: ANN201 - a starter of LocalClu
     yield start
     for c in started:
         c.stop()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for log in sorted((home / "logs").glob("*.log")):
+            lines = log.read_text(errors="replace").splitlines()
+            print(f"--- the last {min(len(lines), LOG_TAIL)} lines of {log.name} ---")
+            print("\n".join(lines[-LOG_TAIL:]))
