@@ -78,7 +78,7 @@ def _multi_tensor(
     table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)}, device)
     if table.size == 0:
         return
-    args = {**table.rows, "offsets": table.offsets, "n_tensors": table.n_tensors, **extra}
+    args = {**table.args(), **extra}
     run(spec, dtype, device, args, table.size, launch)
 
 

@@ -1,9 +1,10 @@
 """Pointer tables that let one kernel launch update many tensors in place.
 
 A multi-tensor kernel (see multi_tensor.cuh) receives, for each role (params,
-grads, exp_avgs, ...), the data pointers of that role's tensors, plus the
-offsets of the tensors in one flat index space. The tensors stay where they
-are: nothing is gathered into a flat buffer and scattered back.
+grads, exp_avgs, ...), the data pointers of that role's tensors, plus where
+each tensor lies in one flat index space and the chunk table that maps an
+index to its tensor in one load. The tensors stay where they are: nothing is
+gathered into a flat buffer and scattered back.
 """
 
 from __future__ import annotations
@@ -14,17 +15,41 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PointerTable", "device_table", "pointer_table"]
+__all__ = ["MAX_CHUNKS", "MIN_CHUNK_SHIFT", "PointerTable", "chunk_shift", "device_table",
+           "pointer_table"]
+
+#: The smallest chunk is a warp's 32 indices, so a warp never reads two table entries.
+MIN_CHUNK_SHIFT = 5
+#: At most this many chunks (512 KiB of table, which stays in a GPU's L2 cache).
+MAX_CHUNKS = 1 << 16
 
 
 @dataclass(frozen=True)
 class PointerTable:
-    """Per-role pointer rows and the offsets row, on the tensors' device."""
+    """Per-role pointer rows, each tensor's start and size, and the chunk table, on the
+    tensors' device; ``size`` is the launch's length, padding included."""
 
     rows: dict[str, torch.Tensor]
-    offsets: torch.Tensor
+    starts: torch.Tensor
+    sizes: torch.Tensor
+    chunks: torch.Tensor
+    chunk_shift: int
     n_tensors: int
     size: int
+
+    def args(self) -> dict[str, torch.Tensor | int]:
+        """The table as a multi-tensor kernel's arguments, by parameter name."""
+        return {**self.rows, "starts": self.starts, "sizes": self.sizes, "chunks": self.chunks,
+                "chunk_shift": self.chunk_shift}
+
+
+def chunk_shift(sizes: Sequence[int]) -> int:
+    """log2 of the chunk for tensors of sizes: the smallest from a warp up whose padded
+    layout needs at most MAX_CHUNKS chunks (a small chunk pads each tensor less)."""
+    shift = MIN_CHUNK_SHIFT
+    while sum(-(-n >> shift) for n in sizes) > MAX_CHUNKS:
+        shift += 1
+    return shift
 
 
 def pointer_table(
@@ -38,9 +63,12 @@ def pointer_table(
     columns = list(roles.values())
     first = columns[0]
     keep = [j for j, t in enumerate(first) if t is not None and t.numel() > 0]
-    offsets = [0]
-    for j in keep:
-        offsets.append(offsets[-1] + first[j].numel())
+    sizes = [first[j].numel() for j in keep]
+    shift = chunk_shift(sizes)
+    starts, chunks = [], []
+    for t, n in enumerate(sizes):
+        starts.append(len(chunks) << shift)
+        chunks += [t] * -(-n >> shift)
     values: list[int] = []
     for name, column in roles.items():
         if len(column) != len(first):
@@ -56,16 +84,19 @@ def pointer_table(
                     f"{first[j].numel()} elements on {device}"
                 )
             values.append(t.data_ptr())
-        values.append(0)
-    values += offsets
-    table = device_table(tuple(values), device).view(len(columns) + 1, len(keep) + 1)
-    rows = {name: table[r] for r, name in enumerate(roles)}
-    return PointerTable(rows=rows, offsets=table[-1], n_tensors=len(keep), size=offsets[-1])
+    table = device_table(tuple(values + starts + sizes + chunks), device)
+    n = len(keep)
+    rows = {name: table[r * n:(r + 1) * n] for r, name in enumerate(roles)}
+    at = len(columns) * n
+    return PointerTable(rows=rows, starts=table[at:at + n], sizes=table[at + n:at + 2 * n],
+                        chunks=table[at + 2 * n:], chunk_shift=shift, n_tensors=n,
+                        size=len(chunks) << shift)
 
 
 @functools.lru_cache(maxsize=64)
 def device_table(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """values as an int64 tensor on device; cached, since a table holds only addresses.
+    """values as an int64 tensor on device; cached, since a table holds only addresses
+    and layout.
 
     On CUDA the copy goes through pinned memory without blocking the host, so
     an optimizer step never waits for the GPU.

@@ -2,8 +2,9 @@
 
 Each operation is a call into the kernel's ``.cuh`` math. The multi-tensor
 kernels (AdamW, SGD, scale) take tables of data pointers, one row per tensor
-role, plus ``offsets`` (see multi_tensor.cuh), so one launch updates every
-tensor of one dtype and device in place.
+role, plus each tensor's start and size and the chunk table (see
+multi_tensor.cuh), so one launch updates every tensor of one dtype and device
+in place.
 """
 
 from __future__ import annotations
@@ -30,10 +31,18 @@ def _scalar(name: str, type_: str = "real") -> Param:
     return Param(name, type_, "scalar")
 
 
-_LOCATE = """
-const long long t = ht_tensor_of(&offsets[0], n_tensors, i);
-const long long k = i - offsets[t];
-"""
+def _each_element(body: str) -> str:
+    """A multi-tensor operation: body runs with t (the tensor) and k (the element in it),
+    for every index that is not padding."""
+    return ("long long k;\n"
+            "const long long t = ht_chunk_tensor(&chunks[0], chunk_shift, &starts[0], i, &k);\n"
+            f"if (k < sizes[t]) {{\n{body.strip()};\n}}")
+
+
+def _table() -> tuple[Param, ...]:
+    """The parameters that place each tensor of a multi-tensor launch (_multi_tensor.py)."""
+    return (_raw("starts"), _raw("sizes"), _raw("chunks"), _scalar("chunk_shift", "int32"))
+
 
 ADAMW = KernelSpec(
     name="ht_adamw",
@@ -44,8 +53,7 @@ ADAMW = KernelSpec(
         _raw("exp_avgs"),
         _raw("exp_avg_sqs"),
         _raw("max_exp_avg_sqs"),
-        _raw("offsets"),
-        _scalar("n_tensors", "int64"),
+        *_table(),
         _scalar("decay"),
         _scalar("one_minus_beta1"),
         _scalar("beta2"),
@@ -57,14 +65,13 @@ ADAMW = KernelSpec(
         _scalar("maximize", "int32"),
     ),
     outputs=(),
-    operation=_LOCATE
-    + """
+    operation=_each_element("""
 HT_FN(ht_adamw_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
     (HT_REAL *)exp_avgs[t] + k, (HT_REAL *)exp_avg_sqs[t] + k,
     amsgrad ? (HT_REAL *)max_exp_avg_sqs[t] + k : (HT_REAL *)0,
     decay, one_minus_beta1, beta2, one_minus_beta2, neg_step_size,
     bias_correction2_sqrt, eps, amsgrad, maximize)
-""",
+"""),
 )
 
 SGD = KernelSpec(
@@ -74,8 +81,7 @@ SGD = KernelSpec(
         _raw("params"),
         _raw("grads"),
         _raw("momentum_buffers"),
-        _raw("offsets"),
-        _scalar("n_tensors", "int64"),
+        *_table(),
         _scalar("neg_lr"),
         _scalar("weight_decay"),
         _scalar("momentum"),
@@ -85,12 +91,11 @@ SGD = KernelSpec(
         _scalar("maximize", "int32"),
     ),
     outputs=(),
-    operation=_LOCATE
-    + """
+    operation=_each_element("""
 HT_FN(ht_sgd_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
     momentum != 0 ? (HT_REAL *)momentum_buffers[t] + k : (HT_REAL *)0,
     neg_lr, weight_decay, momentum, one_minus_dampening, nesterov, first_step, maximize)
-""",
+"""),
 )
 
 # A cohort kernel updates the stacked tensors of several trials (axis 0 the trial) in one
@@ -103,7 +108,7 @@ const long long r = k / per_trial[t];
 
 
 def _cohort_inputs(roles: tuple[str, ...]) -> tuple[Param, ...]:
-    return (*(_raw(role) for role in roles), _raw("offsets"), _scalar("n_tensors", "int64"),
+    return (*(_raw(role) for role in roles), *_table(),
             _raw("per_trial"), _raw("scalars", "real"), _scalar("n_trials", "int64"))
 
 
@@ -116,16 +121,14 @@ ADAMW_COHORT = KernelSpec(
         _scalar("maximize", "int32"),
     ),
     outputs=(),
-    operation=_LOCATE
-    + _TRIAL
-    + """
+    operation=_each_element(_TRIAL + """
 HT_FN(ht_adamw_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
     (HT_REAL *)exp_avgs[t] + k, (HT_REAL *)exp_avg_sqs[t] + k,
     amsgrad ? (HT_REAL *)max_exp_avg_sqs[t] + k : (HT_REAL *)0,
     scalars[r], scalars[n_trials + r], scalars[2 * n_trials + r],
     scalars[3 * n_trials + r], scalars[4 * n_trials + r], scalars[5 * n_trials + r],
     scalars[6 * n_trials + r], amsgrad, maximize)
-""",
+"""),
 )
 
 SGD_COHORT = KernelSpec(
@@ -137,23 +140,21 @@ SGD_COHORT = KernelSpec(
         _scalar("maximize", "int32"),
     ),
     outputs=(),
-    operation=_LOCATE
-    + _TRIAL
-    + """
+    operation=_each_element(_TRIAL + """
 const HT_REAL momentum = scalars[2 * n_trials + r];
 HT_FN(ht_sgd_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
     momentum != 0 ? (HT_REAL *)momentum_buffers[t] + k : (HT_REAL *)0,
     scalars[r], scalars[n_trials + r], momentum, scalars[3 * n_trials + r], nesterov,
     scalars[4 * n_trials + r] != 0, maximize)
-""",
+"""),
 )
 
 SCALE = KernelSpec(
     name="ht_scale",
     headers=("multi_tensor.cuh", "scale.cuh"),
-    inputs=(_raw("values"), _raw("offsets"), _scalar("n_tensors", "int64"), _raw("coef", "real")),
+    inputs=(_raw("values"), *_table(), _raw("coef", "real")),
     outputs=(),
-    operation=_LOCATE + "HT_FN(ht_scale)((HT_REAL *)values[t] + k, coef[0])",
+    operation=_each_element("HT_FN(ht_scale)((HT_REAL *)values[t] + k, coef[0])"),
 )
 
 SCALED_SIGMOID = KernelSpec(

@@ -1,30 +1,27 @@
 /* Locating an element of a launch that spans several tensors.
 
-   The tensors of one launch lie end to end in one flat index space: tensor t
-   holds the flat indices offsets[t] <= i < offsets[t + 1] (offsets has
-   n_tensors + 1 entries, offsets[0] == 0). An element finds its tensor by
-   binary search over that small table, which stays in cache, so a single
-   launch covers every tensor of one dtype and device without first copying
-   them into one buffer. Empty tensors are harmless: the search returns the
-   last tensor whose range starts at or before i. */
+   The tensors of one launch lie in one flat index space cut into chunks of
+   1 << chunk_shift indices. Each tensor starts at a chunk boundary: tensor t
+   holds the flat indices starts[t] <= i < starts[t] + sizes[t], and the
+   indices from its end to the next chunk boundary are padding that no element
+   owns. chunks[c] is the tensor whose range holds chunk c (a chunk never
+   spans two tensors), so an element finds its tensor with one load from a
+   small table instead of a search, and the threads of a warp, whose indices
+   share a chunk, read the same entry. kernels._multi_tensor builds the table
+   once per set of tensors and picks chunk_shift there. */
 
 #ifndef HT_MULTI_TENSOR_CUH
 #define HT_MULTI_TENSOR_CUH
 
-__device__ __forceinline__ long long ht_tensor_of(const long long *offsets,
-                                                  long long n_tensors, long long i)
+/* The tensor holding flat index i, and through k the element's index in it:
+   k is sizes[t] or more where i is padding. */
+__device__ __forceinline__ long long ht_chunk_tensor(const long long *chunks, int chunk_shift,
+                                                     const long long *starts, long long i,
+                                                     long long *k)
 {
-    long long lo = 0;
-    long long hi = n_tensors - 1;
-    while (lo < hi) {
-        const long long mid = (lo + hi + 1) / 2;
-        if (offsets[mid] <= i) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    return lo;
+    const long long t = chunks[i >> chunk_shift];
+    *k = i - starts[t];
+    return t;
 }
 
 #endif

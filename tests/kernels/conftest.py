@@ -48,7 +48,11 @@ def fresh_log(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class HostKernels:
-    """The kernels compiled for the host, launched like CuPy launches them."""
+    """The kernels compiled for the host, launched like CuPy launches them.
+
+    ``launches`` records (kernel name, elements) per launch: a multi-tensor launch's
+    elements are its tensors' sizes summed, without the chunks' padding.
+    """
 
     def __init__(self, library: ctypes.CDLL) -> None:
         self._library = library
@@ -78,7 +82,9 @@ class HostKernels:
                 values.append(ctypes.c_void_p(value.data_ptr()))
         function.restype = None
         function(*values)
-        self.launches.append((spec.kernel_name(dtype), size))
+        # a multi-tensor launch is recorded by the elements it updates, padding left out
+        elements = int(args["sizes"].sum()) if "sizes" in args else size
+        self.launches.append((spec.kernel_name(dtype), elements))
 
 
 @pytest.fixture(scope="session")

@@ -118,14 +118,20 @@ int main(int argc, char **argv)
             HT_FN(ht_scale)(&values[i], (HT_REAL)s[0]);
         }
         output("values", values);
-    } else if (strcmp(kernel, "tensor_of") == 0) {
-        /* N is the total size; scalars.bin holds the number of tensors. */
-        const double *s = load("scalars", 1, sizeof(double));
-        const long long n_tensors = (long long)s[0];
-        const long long *offsets = load("offsets", (size_t)n_tensors + 1, sizeof(long long));
+    } else if (strcmp(kernel, "chunk_tensor") == 0) {
+        /* N is the launch's length, padding included; scalars.bin holds chunk_shift and the
+           numbers of tensors and chunks. Writes each index's tensor, or -1 for padding. */
+        const double *s = load("scalars", 3, sizeof(double));
+        const int chunk_shift = (int)s[0];
+        const size_t n_tensors = (size_t)s[1], n_chunks = (size_t)s[2];
+        const long long *starts = load("starts", n_tensors, sizeof(long long));
+        const long long *sizes = load("sizes", n_tensors, sizeof(long long));
+        const long long *chunks = load("chunks", n_chunks, sizeof(long long));
         long long *tensor = malloc((size_t)n * sizeof(long long) + 1);
         for (long i = 0; i < n; ++i) {
-            tensor[i] = ht_tensor_of(offsets, n_tensors, i);
+            long long k;
+            const long long t = ht_chunk_tensor(chunks, chunk_shift, starts, i, &k);
+            tensor[i] = k < sizes[t] ? t : -1;
         }
         save("tensor", tensor, n, sizeof(long long));
     } else {

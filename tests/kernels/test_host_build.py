@@ -18,6 +18,7 @@ import torch
 
 from hoptune import kernels
 from hoptune.kernels import reference
+from hoptune.kernels._multi_tensor import MAX_CHUNKS, MIN_CHUNK_SHIFT, pointer_table
 from hoptune.kernels.reference import AdamWScalars, SGDScalars
 
 HARNESS = Path(__file__).with_name("host_harness.c")
@@ -268,14 +269,30 @@ def test_scale(harness, tmp_path, within_bound, dtype, coef) -> None:
                  kernel="scale.cuh (one call)", inputs={"values": values})
 
 
-def test_tensor_of_finds_each_elements_tensor(harness, tmp_path) -> None:
-    offsets = torch.tensor([0, 3, 3, 10, 11, 11, 40], dtype=torch.int64)
-    total = int(offsets[-1])
-    got = run(harness[torch.float32], tmp_path / "run", "tensor_of", (len(offsets) - 1,),
-              {"offsets": offsets}, [], n=total)
-    tensor = np.fromfile(tmp_path / "run" / "tensor.out.bin", dtype=np.int64)
-    want = torch.searchsorted(offsets, torch.arange(total), right=True) - 1
+@pytest.mark.parametrize("sizes", [(3, 0, 7, 1, 0, 29, 64, 65), (40_000, 1, 3) * 60],
+                         ids=["small", "many-chunks"])
+def test_chunk_table_finds_each_elements_tensor(harness, tmp_path, sizes) -> None:
+    tensors = [torch.zeros(n) for n in sizes]
+    table = pointer_table({"values": tensors}, torch.device("cpu"))
+    kept = [j for j, n in enumerate(sizes) if n > 0]
+    assert table.n_tensors == len(kept)
+    assert len(table.chunks) << table.chunk_shift == table.size
+    assert len(table.chunks) <= MAX_CHUNKS
+    # the smallest chunk (a warp) unless it would take more than MAX_CHUNKS chunks:
+    # 60 * (1250 + 1 + 1) = 75,120 chunks of 32, 37,620 of 64
+    assert table.chunk_shift == (MIN_CHUNK_SHIFT if len(sizes) < 10 else 6)
+    inputs = {"starts": table.starts, "sizes": table.sizes, "chunks": table.chunks}
+    scalars = (table.chunk_shift, table.n_tensors, len(table.chunks))
+    got = run(harness[torch.float32], tmp_path / "run", "chunk_tensor", scalars, inputs, [],
+              n=table.size)
+    tensor = torch.from_numpy(np.fromfile(tmp_path / "run" / "tensor.out.bin", dtype=np.int64))
     assert got == {}
-    assert tensor.tolist() == want.tolist()
-    assert set(tensor.tolist()) == {0, 2, 3, 5}  # the empty tensors 1 and 4 own nothing
-
+    # every element of every non-empty tensor is found once, in its own tensor's order;
+    # every other index of the launch is padding
+    for t, j in enumerate(kept):
+        owned = (tensor == t).nonzero().flatten()
+        assert len(owned) == sizes[j]
+        assert torch.equal(owned, int(table.starts[t]) + torch.arange(sizes[j]))
+        assert int(table.starts[t]) % (1 << table.chunk_shift) == 0
+        assert table.rows["values"][t] == tensors[j].data_ptr()
+    assert int((tensor == -1).sum()) == table.size - sum(sizes)

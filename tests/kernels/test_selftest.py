@@ -95,7 +95,8 @@ def test_the_self_test_covers_every_option_a_hop_uses(host_kernels) -> None:
 
     def recording(spec, dtype, device, args, size) -> None:  # noqa: ANN001
         launches.append({"kernel": spec.name, "dtype": dtype, **{
-            k: v for k, v in args.items() if isinstance(v, int | float)}})
+            k: v for k, v in args.items() if isinstance(v, int | float)},
+            "tensors": len(args["sizes"]) if "sizes" in args else None})
         host_kernels.launch(spec, dtype, device, args, size)
 
     for spec in _specs.ALL:
@@ -108,7 +109,7 @@ def test_the_self_test_covers_every_option_a_hop_uses(host_kernels) -> None:
            if a["kernel"] == "ht_sgd"}
     assert sgd >= {(False, 0, 0), (True, 0, 1), (True, 0, 0), (True, 1, 1), (True, 1, 0)}
     assert {a["kernel"] for a in launches} == {s.name for s in _specs.ALL}
-    assert all(a["n_tensors"] == len(_selftest.SIZES) for a in launches if "n_tensors" in a)
+    assert all(a["tensors"] == len(_selftest.SIZES) for a in launches if a["tensors"])
 
 
 def test_a_tensor_that_requires_grad_is_detached_before_its_dlpack_export() -> None:
