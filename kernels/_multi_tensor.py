@@ -58,17 +58,15 @@ def pointer_table(
     """The table for roles, each a list with one entry per tensor (None: no tensor).
 
     Every tensor must be contiguous, on device, and as large as the first
-    role's tensor in the same position. Empty tensors are left out.
+    role's tensor in the same position. Empty tensors are left out. A step reads
+    only its tensors' addresses and sizes: the layout, the chunk table and the
+    table's copy on the device are built once per set of tensors and reused while
+    they stay where they are.
     """
     columns = list(roles.values())
     first = columns[0]
     keep = [j for j, t in enumerate(first) if t is not None and t.numel() > 0]
-    sizes = [first[j].numel() for j in keep]
-    shift = chunk_shift(sizes)
-    starts, chunks = [], []
-    for t, n in enumerate(sizes):
-        starts.append(len(chunks) << shift)
-        chunks += [t] * -(-n >> shift)
+    sizes = tuple(first[j].numel() for j in keep)
     values: list[int] = []
     for name, column in roles.items():
         if len(column) != len(first):
@@ -84,10 +82,22 @@ def pointer_table(
                     f"{first[j].numel()} elements on {device}"
                 )
             values.append(t.data_ptr())
-    table = device_table(tuple(values + starts + sizes + chunks), device)
-    n = len(keep)
+    return _placed(tuple(roles), tuple(values), sizes, device)
+
+
+@functools.lru_cache(maxsize=64)
+def _placed(roles: tuple[str, ...], pointers: tuple[int, ...], sizes: tuple[int, ...],
+            device: torch.device) -> PointerTable:
+    """The table of pointers (a row per role) for tensors of sizes, laid out in chunks."""
+    shift = chunk_shift(sizes)
+    starts, chunks = [], []
+    for t, n in enumerate(sizes):
+        starts.append(len(chunks) << shift)
+        chunks += [t] * -(-n >> shift)
+    table = device_table((*pointers, *starts, *sizes, *chunks), device)
+    n = len(sizes)
     rows = {name: table[r * n:(r + 1) * n] for r, name in enumerate(roles)}
-    at = len(columns) * n
+    at = len(roles) * n
     return PointerTable(rows=rows, starts=table[at:at + n], sizes=table[at + n:at + 2 * n],
                         chunks=table[at + 2 * n:], chunk_shift=shift, n_tensors=n,
                         size=len(chunks) << shift)
@@ -95,8 +105,8 @@ def pointer_table(
 
 @functools.lru_cache(maxsize=64)
 def device_table(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """values as an int64 tensor on device; cached, since a table holds only addresses
-    and layout.
+    """values as an int64 tensor on device; cached, since a table holds only addresses,
+    sizes and layout.
 
     On CUDA the copy goes through pinned memory without blocking the host, so
     an optimizer step never waits for the GPU.

@@ -296,3 +296,15 @@ def test_chunk_table_finds_each_elements_tensor(harness, tmp_path, sizes) -> Non
         assert int(table.starts[t]) % (1 << table.chunk_shift) == 0
         assert table.rows["values"][t] == tensors[j].data_ptr()
     assert int((tensor == -1).sum()) == table.size - sum(sizes)
+
+
+def test_a_step_reuses_the_table_while_its_tensors_stay_where_they_are() -> None:
+    cpu = torch.device("cpu")
+    params, grads = [torch.zeros(40), torch.zeros(3)], [torch.ones(40), torch.ones(3)]
+    table = pointer_table({"params": params, "grads": grads}, cpu)
+    assert pointer_table({"params": params, "grads": grads}, cpu) is table
+    grads[1] = torch.ones(3)  # a new gradient tensor elsewhere: a new table
+    moved = pointer_table({"params": params, "grads": grads}, cpu)
+    assert moved is not table
+    assert moved.rows["grads"].tolist() == [g.data_ptr() for g in grads]
+    assert moved.chunks.tolist() == [0, 0, 1] and moved.size == 3 << MIN_CHUNK_SHIFT
