@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
@@ -15,6 +16,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 from hoptune.tasks.study import sweep
 from hoptune.tasks.worker import (
     AMQP,
+    RETRY_SECONDS,
     TRANSIENT,
     BadMessage,
     Dispatch,
@@ -48,11 +50,13 @@ app.config_from_object("hoptune.tasks.celeryconfig")
 app.steps["worker"].add(WorkerInfoStep)
 
 
-def send(dispatches: list[Dispatch], celery_app: Celery | None = None) -> None:
-    """Send each message to its queue."""
+def send(dispatches: list[Dispatch], celery_app: Celery | None = None,
+         countdown: float | None = None) -> None:
+    """Send each message to its queue (``countdown``: to run no sooner than that many seconds
+    from now)."""
     target = celery_app or app
     for d in dispatches:
-        target.send_task(d.task, kwargs=d.kwargs, queue=d.queue)
+        target.send_task(d.task, kwargs=d.kwargs, queue=d.queue, countdown=countdown)
 
 
 @app.task(name="hoptune.hop", bind=True, acks_late=True, reject_on_worker_lost=True,
@@ -60,7 +64,7 @@ def send(dispatches: list[Dispatch], celery_app: Celery | None = None) -> None:
 def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Train a trial once over one shard of its region, then hand on."""
     from hoptune.tasks.hop import run_hop, wait_written
-    from hoptune.tasks.study import hand_on
+    from hoptune.tasks.study import go_on_here
 
     queue = (self.request.delivery_info or {}).get("routing_key")
     try:
@@ -71,6 +75,7 @@ def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
         set_aside(self.app, queue or "?", str(exc), json.dumps([args, kwargs], default=repr))
         return {"trained": False, "skipped": f"set aside: {exc}"}
 
+    started = time.monotonic()
     rt = runtime()
     progress = _Progress(self, rt, message.region, message.study)
     report = run_hop(rt, message.trial, message.epoch, message.position, on_progress=progress,
@@ -78,12 +83,17 @@ def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
     if report.set_aside is not None:  # the study database does not record the hop so
         set_aside(self.app, queue or "?", report.set_aside, json.dumps([args, kwargs]))
         return {"trained": False, "skipped": report.skipped}
-    send(hand_on(rt, report), self.app)
-    progress.send()  # after the hand-on: the next hop need not wait for the event
-    wait_written(report)  # the task ends once its checkpoint is written behind the hand-on
+
+    def sending(dispatches: list[Dispatch], countdown: float | None = None) -> None:
+        send(dispatches, self.app, countdown=countdown)
+        progress.send()  # after the hand-on: the next hop need not wait for the event
+
+    here = go_on_here(rt, report, sending, started=started, on_progress=progress)
+    wait_written(report, *here)  # the task ends once its checkpoints are written behind
     if report.retry:  # failed once with an error that may not repeat: once more, later
         raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
-    return {"trained": report.trained, "loss": report.loss, "skipped": report.skipped}
+    return {"trained": report.trained, "loss": report.loss, "skipped": report.skipped,
+            "ran_here": len(here)}
 
 
 class _Progress:
@@ -143,10 +153,6 @@ def cohort_hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
     return {"trained": [r.trial_id for r in reports if r.trained],
             "skipped": {str(r.trial_id): r.skipped for r in reports if r.skipped}}
-
-
-#: The pause before a hop whose delivery failed once is tried again.
-RETRY_SECONDS = 2.0
 
 
 def _came_before(task: Task) -> bool:

@@ -1,9 +1,10 @@
 """The study workflow: from recording a study to promoting its best trial.
 
 Recording a study, filling its trial slots (``tune_step``), handing a hop or a
-cohort on, ending an epoch (validation, pruning), promotion, the nightly run
-with its lock and schedule, the sweeper that re-sends lost work, checkpoint
-retention, and running messages in this process (``run_inline``).
+cohort on (a hop whose shard this worker owns runs here next: ``go_on_here``),
+ending an epoch (validation, pruning), promotion, the nightly run with its
+lock and schedule, the sweeper that re-sends lost work, checkpoint retention,
+and running messages in this process (``run_inline``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from hoptune.core import lazy_names
 
 _NAMES = {
+    "chain_seconds": "hoptune.tasks.study._chain",
+    "go_on_here": "hoptune.tasks.study._chain",
     "collect": "hoptune.tasks.study._gc",
     "run_inline": "hoptune.tasks.study._inline",
     "start_nightly": "hoptune.tasks.study._nightly",

@@ -56,6 +56,7 @@ _NAMES = {
     "HopMessage": "hoptune.tasks.worker._messages",
     "cohort_dispatch": "hoptune.tasks.worker._messages",
     "hop_dispatch": "hoptune.tasks.worker._messages",
+    "RETRY_SECONDS": "hoptune.tasks.worker._messages",
     "hop_queue": "hoptune.tasks.worker._messages",
     "parse_cohort": "hoptune.tasks.worker._messages",
     "parse_hop": "hoptune.tasks.worker._messages",

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CONTROL_QUEUE", "MAX_COHORT", "TASK_NAMES", "BadMessage", "CohortMessage", "Dispatch",
-           "HopMessage", "cohort_dispatch", "hop_dispatch", "hop_queue", "parse_cohort",
-           "parse_hop", "promote_dispatch", "tune_step_dispatch"]
+__all__ = ["CONTROL_QUEUE", "MAX_COHORT", "RETRY_SECONDS", "TASK_NAMES", "BadMessage",
+           "CohortMessage", "Dispatch", "HopMessage", "cohort_dispatch", "hop_dispatch",
+           "hop_queue", "parse_cohort", "parse_hop", "promote_dispatch", "tune_step_dispatch"]
 
 # Workflow messages (tune steps, promotions, sweeps) go here; every worker consumes it.
 CONTROL_QUEUE = "hoptune.control"
@@ -138,6 +138,10 @@ class Dispatch:
     task: str
     queue: str
     kwargs: dict[str, Any]
+
+
+#: The pause before a hop whose delivery failed once is tried again.
+RETRY_SECONDS = 2.0
 
 
 def hop_queue(region: str, shard: int) -> str:

@@ -112,6 +112,77 @@ def test_a_hop_killed_before_its_checkpoint_written_behind_landed_costs_only_tha
     assert "does not exist" in (again.error or ""), again
 
 
+#: A start-up hook of the scenario's workers: the first hop a worker runs next by itself,
+#: without its message (``tasks.study._chain``), hangs once it holds the hop, before training.
+HANG_ONE_CHAINED_HOP = '''
+import time
+from pathlib import Path
+
+from hoptune.tasks.hop import _hop
+from hoptune.tasks.study import _chain
+
+MARK = Path(__file__).with_name("hang-chained")
+_run_hop, _train_alone = _chain.run_hop, _hop.train_alone
+chained = []
+
+
+def _chained_run_hop(*args, **kwargs):
+    chained.append(True)
+    try:
+        return _run_hop(*args, **kwargs)
+    finally:
+        chained.pop()
+
+
+def _hanging_train_alone(*args, **kwargs):
+    if chained:
+        try:
+            MARK.unlink()
+        except FileNotFoundError:
+            pass
+        else:
+            time.sleep(600)
+    return _train_alone(*args, **kwargs)
+
+
+_chain.run_hop = _chained_run_hop
+_hop.train_alone = _hanging_train_alone
+'''
+
+
+def test_a_worker_killed_in_a_hop_it_ran_without_its_message_costs_only_that_hop(
+        scenario, workers, home: Path) -> None:
+    """A worker owning both shards runs each next hop itself, sending no message for it
+    (``HOPTUNE_CHAIN_SECONDS``). Killed while it holds such a hop, it leaves a hop recorded
+    queued and then held, with no message anywhere: the sweeper sends it again once the
+    worker is dead, and the study finishes with only that hop run twice."""
+    hook = home / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HANG_ONE_CHAINED_HOP)
+    (hook / "hang-chained").touch()
+    workers.env.update(PYTHONPATH=str(hook), HOPTUNE_CHAIN_SECONDS="600")
+    workers.start("w0", "north:0,north:1")
+    workers.wait_ready()
+    study = scenario.start(configs=[{"lr": 0.01}], epochs=2, parallel=1)
+    scenario.wait_until(lambda: not (hook / "hang-chained").exists(), 120,
+                        "a hop run without its message to hang")
+    rt = scenario.runtime()
+    held = [h for h in HopRecords(rt.db).all(study_id=study) if h.state == "running"]
+    assert len(held) == 1 and (held[0].epoch, held[0].position) != (0, 0), held
+    hop = held[0]
+    log = (workers.log_dir / "w0.log").read_text()
+    assert (f"trial {hop.trial_id} epoch {hop.epoch} position {hop.position} runs here next"
+            in log), log[-2000:]
+    killed = time.time()
+    workers.kill("w0")
+    workers.start("w0", "north:0,north:1")
+    scenario.settle(study)
+    scenario.check(study, trained_twice_allowed=1)
+    again = HopRecords(rt.db).get(hop.trial_id, hop.epoch, hop.position)
+    assert again.state == "done" and again.interrupted >= 1, again
+    _report("a worker killed in a hop it ran here", scenario.recovery_seconds(hop, killed))
+
+
 def test_every_worker_killed_mid_hop_and_restarted(scenario, workers) -> None:
     _one_owner_per_shard(workers)
     study = scenario.start()
