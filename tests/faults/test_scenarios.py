@@ -50,24 +50,29 @@ def test_a_worker_killed_mid_hop_costs_only_that_hop(scenario, workers) -> None:
 #: A start-up hook of the scenario's workers (``sitecustomize`` on their PYTHONPATH): the
 #: first checkpoint written behind a hand-on for an epoch's first hop hangs in the writer
 #: thread, while the hop records itself and hands on, so the test can kill its worker then.
-HANG_ONE_WRITE = '''
+HANG_ONCE = '''
 import time
 from pathlib import Path
 
+
+def _hang_once(name):
+    """Hang this thread for good the first time it comes here with the marker file there."""
+    try:
+        Path(__file__).with_name(name).unlink()
+    except FileNotFoundError:
+        return
+    time.sleep(600)
+'''
+
+HANG_ONE_WRITE = HANG_ONCE + '''
 from hoptune.tasks.worker import _checkpoint
 
-MARK = Path(__file__).with_name("hang-once")
 _write = _checkpoint.write_encoded
 
 
 def _hanging(store, key, data):
     if key.endswith("e0000-p0000.pt"):
-        try:
-            MARK.unlink()
-        except FileNotFoundError:
-            pass
-        else:
-            time.sleep(600)
+        _hang_once("hang-once")
     _write(store, key, data)
 
 
@@ -114,14 +119,10 @@ def test_a_hop_killed_before_its_checkpoint_written_behind_landed_costs_only_tha
 
 #: A start-up hook of the scenario's workers: the first hop a worker runs next by itself,
 #: without its message (``tasks.study._chain``), hangs once it holds the hop, before training.
-HANG_ONE_CHAINED_HOP = '''
-import time
-from pathlib import Path
-
+HANG_ONE_CHAINED_HOP = HANG_ONCE + '''
 from hoptune.tasks.hop import _hop
 from hoptune.tasks.study import _chain
 
-MARK = Path(__file__).with_name("hang-chained")
 _run_hop, _train_alone = _chain.run_hop, _hop.train_alone
 chained = []
 
@@ -136,12 +137,7 @@ def _chained_run_hop(*args, **kwargs):
 
 def _hanging_train_alone(*args, **kwargs):
     if chained:
-        try:
-            MARK.unlink()
-        except FileNotFoundError:
-            pass
-        else:
-            time.sleep(600)
+        _hang_once("hang-chained")
     return _train_alone(*args, **kwargs)
 
 
