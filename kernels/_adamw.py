@@ -7,6 +7,7 @@ import torch
 from hoptune.kernels import _dispatch, _launches, reference
 from hoptune.kernels._base import FusedOptimizer, real_view
 from hoptune.kernels._blocks import in_blocks
+from hoptune.kernels._plan import plan_step
 from hoptune.kernels._specs import ADAMW
 from hoptune.kernels.reference import AdamWScalars
 
@@ -73,8 +74,36 @@ class FusedAdamW(FusedOptimizer):
 
     def _step_group(self, group: dict) -> None:
         amsgrad = bool(group["amsgrad"])
+        params = list(self._params_with_grads(group))
+        plan = self._plan(group)
+        if plan is not None and plan.serves(group, params, (amsgrad,)):
+            steps = [self.state[p]["step"] for p in params]
+            grads = [p.grad for p in params]
+            if plan.holds(steps, grads):
+                beta1, beta2 = group["betas"]
+                scalars = AdamWScalars.for_step(
+                    lr=float(group["lr"]), beta1=float(beta1), beta2=float(beta2),
+                    eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
+                    step=plan.advance())
+                _launches.adamw((), plan.device, plan.dtype, scalars, amsgrad=amsgrad,
+                                maximize=bool(group["maximize"]), table=plan.table(grads))
+                return
+        self._step_unplanned(group, params, amsgrad)
+        states = [self.state[p] for p in params]
+        plan = plan_step(
+            ADAMW, group, params,
+            [[s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+             [s["max_exp_avg_sq"] if amsgrad else None for s in states]],
+            [s["step"] for s in states], (amsgrad,), _launches.ADAMW_ROLES)
+        if plan is not None and self.planned:
+            plan.count_as_one(states)
+        self._keep_plan(group, plan)
+
+    def _step_unplanned(self, group: dict, params: list[torch.Tensor], amsgrad: bool) -> None:
+        """The step without a plan: each parameter's state made and counted, bucketed by
+        device, dtype and step count, each bucket launched or run by the reference."""
         buckets: dict[tuple[torch.device, torch.dtype, float], list[_dispatch.Slot]] = {}
-        for p in self._params_with_grads(group):
+        for p in params:
             state = self.state[p]
             if not state:
                 state["step"] = torch.tensor(0.0, dtype=torch.float32)

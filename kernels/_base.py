@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 __all__ = ["FusedOptimizer", "real_view"]
+
+if TYPE_CHECKING:
+    from hoptune.kernels._plan import StepPlan
 
 
 class FusedOptimizer(torch.optim.Optimizer):
@@ -18,12 +21,24 @@ class FusedOptimizer(torch.optim.Optimizer):
     """
 
     _flags: ClassVar[tuple[str, ...]] = ("maximize",)
+    #: Whether steps on the kernel path are planned once and reused (``kernels._plan``).
+    planned: ClassVar[bool] = True
 
     def __setstate__(self, state: dict) -> None:
+        """Also on loading a state dict, which drops every plan: its tensors are new."""
         super().__setstate__(state)
         for group in self.param_groups:
             for flag in self._flags:
                 group.setdefault(flag, False)
+        self.__dict__["_plans"] = {}
+
+    def _plan(self, group: dict) -> StepPlan | None:
+        """The group's step plan, if it has one and plans are on."""
+        return self.__dict__.get("_plans", {}).get(id(group)) if self.planned else None
+
+    def _keep_plan(self, group: dict, plan: StepPlan | None) -> None:
+        if self.planned:
+            self.__dict__.setdefault("_plans", {})[id(group)] = plan
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:

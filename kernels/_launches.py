@@ -8,14 +8,13 @@ time; the self-test and the tests pass another launcher of the same signature.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from hoptune.kernels import _cupy
-from hoptune.kernels._multi_tensor import device_table, pointer_table
+from hoptune.kernels._multi_tensor import PointerTable, device_table, pointer_table
 from hoptune.kernels._source import KernelSpec
 from hoptune.kernels._specs import (
     ADAMW,
@@ -29,6 +28,8 @@ from hoptune.kernels._specs import (
 from hoptune.kernels.reference import AdamWScalars, SGDScalars
 
 __all__ = [
+    "ADAMW_ROLES",
+    "SGD_ROLES",
     "Launcher",
     "adamw",
     "adamw_cohort",
@@ -45,6 +46,10 @@ __all__ = [
 Launcher = Callable[[KernelSpec, str, torch.device, Mapping[str, Any], int], None]
 
 Slot = tuple[torch.Tensor | None, ...]
+
+#: The tensor roles of an AdamW slot and of an SGD slot, in their order (the table's rows).
+ADAMW_ROLES = ("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")
+SGD_ROLES = ("params", "grads", "momentum_buffers")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -74,8 +79,13 @@ def _multi_tensor(
     dtype: torch.dtype,
     extra: Mapping[str, Any],
     launch: Launcher | None,
+    table: PointerTable | None = None,
 ) -> None:
-    table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)}, device)
+    """One launch of spec over slots, or over ``table`` where the caller placed them already
+    (a planned step: ``kernels._plan``)."""
+    if table is None:
+        table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)},
+                              device)
     if table.size == 0:
         return
     args = {**table.args(), **extra}
@@ -91,11 +101,12 @@ def adamw(
     amsgrad: bool,
     maximize: bool,
     launch: Launcher | None = None,
+    table: PointerTable | None = None,
 ) -> None:
-    """One AdamW step over slots of (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq)."""
-    extra = {**dataclasses.asdict(scalars), "amsgrad": int(amsgrad), "maximize": int(maximize)}
-    roles = ("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")
-    _multi_tensor(ADAMW, roles, slots, device, dtype, extra, launch)
+    """One AdamW step over slots of (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq), or
+    over ``table`` (rows ``ADAMW_ROLES``) built from them."""
+    extra = {**vars(scalars), "amsgrad": int(amsgrad), "maximize": int(maximize)}
+    _multi_tensor(ADAMW, ADAMW_ROLES, slots, device, dtype, extra, launch, table)
 
 
 def sgd(
@@ -108,16 +119,17 @@ def sgd(
     first_step: bool,
     maximize: bool,
     launch: Launcher | None = None,
+    table: PointerTable | None = None,
 ) -> None:
-    """One SGD step over slots of (param, grad, momentum_buffer)."""
+    """One SGD step over slots of (param, grad, momentum_buffer), or over ``table`` (rows
+    ``SGD_ROLES``) built from them."""
     extra = {
-        **dataclasses.asdict(scalars),
+        **vars(scalars),
         "nesterov": int(nesterov),
         "first_step": int(first_step),
         "maximize": int(maximize),
     }
-    roles = ("params", "grads", "momentum_buffers")
-    _multi_tensor(SGD, roles, slots, device, dtype, extra, launch)
+    _multi_tensor(SGD, SGD_ROLES, slots, device, dtype, extra, launch, table)
 
 
 def _cohort(
@@ -154,9 +166,8 @@ def adamw_cohort(
     """One AdamW step of a cohort: slots as ``adamw``'s, of stacked tensors whose axis 0
     is the trial; trial i steps with scalars[i]."""
     rows = list(zip(*(s.as_tuple() for s in scalars), strict=True))
-    roles = ("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")
     extra = {"amsgrad": int(amsgrad), "maximize": int(maximize)}
-    _cohort(ADAMW_COHORT, roles, slots, device, dtype, rows, extra, launch)
+    _cohort(ADAMW_COHORT, ADAMW_ROLES, slots, device, dtype, rows, extra, launch)
 
 
 def sgd_cohort(
@@ -174,9 +185,8 @@ def sgd_cohort(
     scalars[i] and starts its momentum buffer where first_step[i]."""
     rows = [*zip(*(s.as_tuple() for s in scalars), strict=True),
             tuple(float(f) for f in first_step)]
-    roles = ("params", "grads", "momentum_buffers")
     extra = {"nesterov": int(nesterov), "maximize": int(maximize)}
-    _cohort(SGD_COHORT, roles, slots, device, dtype, rows, extra, launch)
+    _cohort(SGD_COHORT, SGD_ROLES, slots, device, dtype, rows, extra, launch)
 
 
 def scale(

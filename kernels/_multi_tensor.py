@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["MAX_CHUNKS", "MIN_CHUNK_SHIFT", "PointerTable", "chunk_shift", "device_table",
-           "pointer_table"]
+           "placed_table", "pointer_table"]
 
 #: The smallest chunk is a warp's 32 indices, so a warp never reads two table entries.
 MIN_CHUNK_SHIFT = 5
@@ -82,13 +82,16 @@ def pointer_table(
                     f"{first[j].numel()} elements on {device}"
                 )
             values.append(t.data_ptr())
-    return _placed(tuple(roles), tuple(values), sizes, device)
+    return placed_table(tuple(roles), tuple(values), sizes, device)
 
 
 @functools.lru_cache(maxsize=64)
-def _placed(roles: tuple[str, ...], pointers: tuple[int, ...], sizes: tuple[int, ...],
+def placed_table(roles: tuple[str, ...], pointers: tuple[int, ...], sizes: tuple[int, ...],
             device: torch.device) -> PointerTable:
-    """The table of pointers (a row per role) for tensors of sizes, laid out in chunks."""
+    """The table of ``pointers`` (a row of ``len(sizes)`` per role, in ``roles``' order; 0 for
+    no tensor) for non-empty contiguous tensors of ``sizes`` on ``device``, laid out in
+    chunks: ``pointer_table`` once it checked the tensors, or a planned step
+    (``kernels._plan``) that checked them when it was planned."""
     shift = chunk_shift(sizes)
     starts, chunks = [], []
     for t, n in enumerate(sizes):

@@ -7,6 +7,7 @@ import torch
 from hoptune.kernels import _dispatch, _launches, reference
 from hoptune.kernels._base import FusedOptimizer, real_view
 from hoptune.kernels._blocks import in_blocks
+from hoptune.kernels._plan import plan_step
 from hoptune.kernels._specs import SGD
 from hoptune.kernels.reference import SGDScalars
 
@@ -60,8 +61,37 @@ class FusedSGD(FusedOptimizer):
 
     def _step_group(self, group: dict) -> None:
         momentum = float(group["momentum"])
+        params = list(self._params_with_grads(group))
+        options = (momentum != 0,)
+        plan = self._plan(group)
+        if plan is not None and plan.serves(group, params, options):
+            grads = [p.grad for p in params]
+            buffers = [self.state[p].get("momentum_buffer") for p in params]
+            if plan.holds([], grads) and all(
+                    a is b for a, b in zip(buffers, plan.buffers, strict=True)):
+                plan.advance()
+                scalars = SGDScalars.for_group(
+                    lr=float(group["lr"]), weight_decay=float(group["weight_decay"]),
+                    momentum=momentum, dampening=float(group["dampening"]))
+                _launches.sgd((), plan.device, plan.dtype, scalars,
+                              nesterov=bool(group["nesterov"]), first_step=False,
+                              maximize=bool(group["maximize"]), table=plan.table(grads))
+                return
+        self._step_unplanned(group, params, momentum)
+        buffers = [self.state[p].get("momentum_buffer") if momentum != 0 else None
+                   for p in params]
+        plan = plan_step(SGD, group, params, [buffers], [], options, _launches.SGD_ROLES)
+        if plan is not None:
+            plan.buffers = buffers  # the plan holds while these are the parameters' buffers
+        self._keep_plan(group, plan)
+
+    def _step_unplanned(self, group: dict, params: list[torch.Tensor], momentum: float
+                        ) -> None:
+        """The step without a plan: momentum buffers made where missing (their first step),
+        bucketed by device, dtype and first step, each bucket launched or run by the
+        reference."""
         buckets: dict[tuple[torch.device, torch.dtype, bool], list[_dispatch.Slot]] = {}
-        for p in self._params_with_grads(group):
+        for p in params:
             buf = None
             first_step = False
             if momentum != 0:
