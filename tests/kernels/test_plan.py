@@ -61,16 +61,22 @@ def _assert_same(a: torch.optim.Optimizer, b: torch.optim.Optimizer,
             assert torch.equal(sx[key], sy[key]), key
 
 
+def _step_both(a, b, pa, pb, step: int, event: Event | None = None) -> None:  # noqa: ANN001
+    """Step ``a`` (planned) over ``pa`` and ``b`` over ``pb`` with step ``step``'s gradients,
+    ``event`` done to each first."""
+    for params in (pa, pb):
+        for p, grad in zip(params, _grads(params, step), strict=True):
+            p.grad = grad
+        if event is not None:
+            event(params, step)
+    a.step()
+    b.step()
+
+
 def _run(make, steps: int, event: Event | None = None) -> tuple[torch.optim.Optimizer, ...]:  # noqa: ANN001
     (pa, a), (pb, b) = _twins(make)
     for step in range(steps):
-        for params in (pa, pb):
-            for p, grad in zip(params, _grads(params, step), strict=True):
-                p.grad = grad
-            if event is not None:
-                event(params, step)
-        a.step()
-        b.step()
+        _step_both(a, b, pa, pb, step, event)
         _assert_same(a, b, pa, pb)
     return a, b
 
@@ -133,34 +139,25 @@ def test_a_plan_that_no_longer_holds_is_not_used(kernel_path_on_cpu, name, event
 def test_loading_a_state_dict_drops_the_plans(kernel_path_on_cpu) -> None:
     (pa, a), (pb, b) = _twins(OPTIMIZERS["adamw"])
     for step in range(3):
-        for params in (pa, pb):
-            for p, grad in zip(params, _grads(params, step), strict=True):
-                p.grad = grad
-        a.step()
-        b.step()
+        _step_both(a, b, pa, pb, step)
     a.load_state_dict(copy.deepcopy(b.state_dict()))  # torch's load keeps the tensors given
     assert a._plan(a.param_groups[0]) is None
     for step in range(3, 6):
-        for params in (pa, pb):
-            for p, grad in zip(params, _grads(params, step), strict=True):
-                p.grad = grad
-        a.step()
-        b.step()
+        _step_both(a, b, pa, pb, step)
         _assert_same(a, b, pa, pb)
 
 
 def test_a_step_tensor_replaced_by_hand_is_read_again(kernel_path_on_cpu) -> None:
     (pa, a), (pb, b) = _twins(OPTIMIZERS["adamw"])
-    for step in range(5):
-        for params in (pa, pb):
-            for p, grad in zip(params, _grads(params, step), strict=True):
-                p.grad = grad
+
+    def replace_steps(params: list[torch.Tensor], step: int) -> None:
         if step == 3:
-            for opt, params in ((a, pa), (b, pb)):
-                for p in params:
-                    opt.state[p]["step"] = torch.tensor(10.0)
-        a.step()
-        b.step()
+            opt = a if params is pa else b
+            for p in params:
+                opt.state[p]["step"] = torch.tensor(10.0)
+
+    for step in range(5):
+        _step_both(a, b, pa, pb, step, replace_steps)
         _assert_same(a, b, pa, pb)
     assert float(a.state[pa[0]]["step"]) == 12.0
 
