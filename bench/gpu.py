@@ -18,11 +18,14 @@ exits 0 and prints the JSON line with every figure null.
    on the GPU and then on the CPU, the same data: the medians of each part of
    a hop as ``bench/hop_overhead.py`` splits them (dispatch, load, train,
    save, recording).
-4. ``python -m pytest -q -m gpu tests``'s summary line and ``hoptune doctor``'s
+4. The GPU's busy share during a pass of the demo rating model, a single hop's
+   and a cohort of 32's: the share of the pass's wall time (from its start to
+   the device's last work of it) that kernels or copies ran on the device,
+   their intervals taken from torch's profiler (CUPTI's timestamps of every
+   kernel, on the same clock as the pass's range).
+5. ``python -m pytest -q -m gpu tests``'s summary line and ``hoptune doctor``'s
    verdicts, run by this bench on the same machine, so the section records
    which checks passed beside the figures.
-
-Not measured yet: the GPU's busy share during a pass.
 
 Usage: python bench/gpu.py [--rows-per-shard 200000] [--epochs 3] [--rounds 5]
                            [--skip-checks]
@@ -31,8 +34,8 @@ object: device, adamw_1e8_vs_torch_fused (torch fused ms over FusedAdamW ms:
 above 1, ours is faster), adamw_1e8_bandwidth_share, the least such ratio over
 the sweep from 1e5 parameters (``adamw_slowest_vs_torch_fused``, and SGD's),
 gpu_hop_overhead_share, the single hops' and the cohort of 32's trial-epochs per
-second over one CPU thread's, the pytest summary, doctor's verdicts, and the
-figures behind them.
+second over one CPU thread's, the GPU's busy share during a single hop's pass and a
+cohort of 32's, the pytest summary, doctor's verdicts, and the figures behind them.
 """
 
 from __future__ import annotations
@@ -70,7 +73,9 @@ KEYS = ("device", "adamw_1e8_vs_torch_fused", "adamw_1e8_bandwidth_share",
         "gpu_hop_train_s", "cpu_hop_train_s", "cpu_hop_overhead_share", "fused_adamw_path",
         "adamw_slowest_vs_torch_fused", "sgd_slowest_vs_torch_fused",
         "sgd_1e8_bandwidth_share", "single_hops_vs_cpu_thread", "cohort_32_vs_cpu_thread",
-        "pytest_gpu", "doctor")
+        "pytest_gpu", "doctor", "gpu_busy_single_pass", "gpu_busy_cohort_32_pass")
+#: the cohort sizes whose pass's busy share is measured (1: a single hop's pass)
+BUSY_SIZES = (1, 32)
 
 
 def copy_bandwidth(device: torch.device, size: int = 2**28, repeats: int = 10) -> float:
@@ -159,6 +164,78 @@ def cohort_rates(device: torch.device, sizes: tuple[int, ...] = COHORTS, rounds:
                           "cohort": fusion._epochs_per_second(k, r["cohort"])}
                       for k, r in on_device.items()},
             "cpu_thread": fusion._epochs_per_second(1, cpu[1]["single"])}
+
+
+def busy_share(intervals: list[tuple[float, float]], start: float, end: float) -> float:
+    """The share of [start, end] that the union of ``intervals`` covers (each clipped to it)."""
+    if end <= start:
+        return 0.0
+    covered, reach = 0.0, start
+    for a, b in sorted((max(a, start), min(b, end)) for a, b in intervals):
+        if b <= reach:
+            continue
+        covered += b - max(a, reach)
+        reach = b
+    return covered / (end - start)
+
+
+#: the profiler's range around one measured pass
+PASS_RANGE = "hoptune.bench.pass"
+
+
+def pass_busy(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES
+              ) -> dict[int, float | str]:
+    """Per cohort size K (1: a single hop's pass), the device's busy share during one pass of
+    the demo rating model: the union of the kernels' and copies' intervals that torch's
+    profiler records over the pass's range, which ends once the device has done its work.
+    On a CPU no device work is recorded (0.0). A size whose measurement fails gets the
+    error's one line instead, so the rest of the bench still runs."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from bench import fusion
+
+    spec = fusion._models()["demo rating model"]
+    region = fusion.RegionConfig.model_validate({"name": "bench", "data": "x.csv",
+                                                 "batch_size": fusion.BATCH,
+                                                 "shards": fusion.SHARDS, **spec["region"]})
+    data = {k: v.to(device) for k, v in spec["data"].items()}
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
+                                           else [])
+    out: dict[int, float | str] = {}
+    for k in sizes:
+        try:
+            members = fusion._members(region, spec, k, device)
+            _one_pass(region, members, data, spec, epoch=0)  # warm-up: first calls, allocator
+            fusion._sync(device)
+            with profile(activities=activities) as prof:
+                with record_function(PASS_RANGE):
+                    _one_pass(region, members, data, spec, epoch=1)
+                    fusion._sync(device)
+            events = prof.events()
+            (span,) = [e.time_range for e in events if e.name == PASS_RANGE
+                       and e.device_type == DeviceType.CPU]
+            work = [(e.time_range.start, e.time_range.end) for e in events
+                    if e.device_type == DeviceType.CUDA]
+            if device.type == "cuda" and not work:
+                raise RuntimeError("the profiler recorded no work on the device")
+            out[k] = round(busy_share(work, span.start, span.end), 4)
+        except Exception as exc:  # noqa: BLE001 - one figure lost, not the GPU session
+            out[k] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return out
+
+
+def _one_pass(region, members, data, spec, *, epoch: int) -> None:  # noqa: ANN001
+    """One pass over the shard: the single member's own, or the cohort's fused one."""
+    from hoptune.tasks.hop import train_cohort_pass, train_pass
+
+    if len(members) == 1:
+        (m,) = members
+        train_pass(region, m.model, m.optimizer, data, seed=m.seed, epoch=epoch, shard=0,
+                   position=0, params=m.params)
+    else:
+        train_cohort_pass(region, members, data, epoch=epoch, shard=0, position=0,
+                          meta=spec["meta"])
 
 
 def gpu_checks(timeout: float = 1800) -> dict[str, object]:
@@ -269,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         cohorts = cohort_rates(device, rounds=args.rounds)
         print(f"cohorts: {json.dumps(cohorts)}", file=sys.stderr, flush=True)
+        busy = pass_busy(device)
+        print(f"busy share of a pass: {json.dumps(busy)}", file=sys.stderr, flush=True)
         hops = {}
         for kind in (str(device), "cpu"):
             hops[kind] = hop_parts(home, [kind, kind], args.rows_per_shard, args.epochs)
@@ -278,9 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(home, ignore_errors=True)
     checks = None if args.skip_checks else gpu_checks()
     figures = summary(device, path, copy_gbps, adamw, hops, sweep=sweep, cohorts=cohorts,
-                      checks=checks)
+                      checks=checks, busy=busy)
     write_section("gpu", report(device, path, copy_gbps, adamw, hops, args, sweep=sweep,
-                                cohorts=cohorts, checks=checks))
+                                cohorts=cohorts, checks=checks, busy=busy))
     print(json.dumps(figures))
     return 0
 
@@ -289,7 +368,8 @@ def summary(device: torch.device, path: str, copy_gbps: float,
             adamw: dict[int, dict[str, float]], hops: dict[str, dict[str, float]], *,
             sweep: list[dict[str, object]] | None = None,
             cohorts: dict[str, object] | None = None,
-            checks: dict[str, object] | None = None) -> dict[str, object]:
+            checks: dict[str, object] | None = None,
+            busy: dict[int, float | str] | None = None) -> dict[str, object]:
     largest = max(adamw)
     ours, fused = adamw[largest]["FusedAdamW"], adamw[largest]["torch AdamW fused"]
     gbps = BYTES_PER_PARAMETER * largest / ours / 1e9
@@ -321,6 +401,8 @@ def summary(device: torch.device, path: str, copy_gbps: float,
                    if 32 in per else None)
     if checks:
         out.update(pytest_gpu=checks["pytest_gpu"], doctor=checks["doctor"])
+    if busy:
+        out.update(gpu_busy_single_pass=busy.get(1), gpu_busy_cohort_32_pass=busy.get(32))
     return out
 
 
@@ -350,7 +432,8 @@ def report(device: torch.device, path: str, copy_gbps: float,
            adamw: dict[int, dict[str, float]], hops: dict[str, dict[str, float]],
            args: argparse.Namespace, *, sweep: list[dict[str, object]] | None = None,
            cohorts: dict[str, object] | None = None,
-           checks: dict[str, object] | None = None) -> str:
+           checks: dict[str, object] | None = None,
+           busy: dict[int, float | str] | None = None) -> str:
     import cupy
 
     name = torch.cuda.get_device_name(device)
@@ -365,6 +448,12 @@ def report(device: torch.device, path: str, copy_gbps: float,
     lines += sweep_lines(sweep, copy_gbps) if sweep else adamw_lines(adamw, copy_gbps)
     if cohorts:
         lines += cohort_lines(cohorts)
+    if busy:
+        lines += ["", "The GPU's busy share during one pass of the demo rating model (kernels "
+                  "and copies over the pass's wall time, from torch's profiler): " + "; ".join(
+                      f"{'a single hop' if k == 1 else f'a cohort of {k}'} "
+                      f"{v:.1%}" if isinstance(v, float) else f"{k}: not measured ({v})"
+                      for k, v in busy.items()) + "."]
     lines += [
         "", f"One trial of the ~1M-parameter rating model of `bench/hop_overhead.py` hopping "
         f"between 2 real workers (embedded Redis, SQLite, store folder), "

@@ -55,6 +55,7 @@ def test_its_measurements_run_on_the_cpu(home: Path, redis_url: str) -> None:
     cohorts = gpu.cohort_rates(cpu, sizes=(1, 2), rounds=1)
     assert set(cohorts["sizes"]) == {1, 2} and cohorts["cpu_thread"] > 0
     assert all(v > 0 for r in cohorts["sizes"].values() for v in r.values())
+    assert gpu.pass_busy(cpu, sizes=(1, 2)) == {1: 0.0, 2: 0.0}  # no device work on a CPU
     assert gpu.fused_adamw_path(cpu).startswith("FusedAdamW")
     hops = gpu.hop_parts(home, ["cpu", "cpu"], rows_per_shard=3000, epochs=1)
     assert hops["train_s"] > 0 and 0 < hops["overhead_share"] < 1
@@ -65,7 +66,9 @@ def test_its_measurements_run_on_the_cpu(home: Path, redis_url: str) -> None:
     checks = {"pytest_gpu": "3 passed", "pytest_exit": 0, "doctor": ["ok   devices: 1"],
               "doctor_exit": 0}
     figures = gpu.summary(cpu, "FusedAdamW", 10.0, adamw, {"cpu": hops}, sweep=sweep,
-                          cohorts=cohorts, checks=checks)
+                          cohorts=cohorts, checks=checks, busy={1: 0.25, 32: "Boom: failed"})
+    assert figures["gpu_busy_single_pass"] == 0.25
+    assert figures["gpu_busy_cohort_32_pass"] == "Boom: failed"
     assert figures["sgd_slowest_vs_torch_fused"] > 0 and figures["sgd_1e8_bandwidth_share"] > 0
     assert figures["single_hops_vs_cpu_thread"] > 0 and figures["cohort_32_vs_cpu_thread"] is None
     assert figures["pytest_gpu"] == "3 passed" and figures["doctor"] == ["ok   devices: 1"]
@@ -111,3 +114,16 @@ def test_the_gpu_session_script_runs_every_step_and_leaves_its_logs_under_out(
     assert json.loads(done.stdout.splitlines()[0]) == last
     assert (tmp_path / "BENCHMARKS.md").read_text() == before
     assert (ROOT / "BENCHMARKS.md").read_text() == before
+
+
+def test_the_busy_share_is_the_union_of_the_devices_intervals_over_the_pass() -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench import gpu
+    finally:
+        sys.path.remove(str(ROOT))
+    assert gpu.busy_share([], 0.0, 10.0) == 0.0
+    assert gpu.busy_share([(1, 3), (2, 4), (6, 7)], 0.0, 10.0) == 0.4  # overlaps count once
+    assert gpu.busy_share([(-5, 2), (9, 20)], 0.0, 10.0) == 0.3  # clipped to the pass
+    assert gpu.busy_share([(3, 4), (0, 10)], 0.0, 10.0) == 1.0
+    assert gpu.busy_share([(1, 2)], 5.0, 5.0) == 0.0
