@@ -19,15 +19,19 @@ pruning changes the work), the same 2 real workers, four ways:
 
 For each: wall time per epoch of the cohort (first trial started to last trial finished,
 over the epochs), each worker's busy share (its recorded hop time over that span) and the
-bytes of data each worker holds (the shards' tensors it owns). Sizes from ``--big`` rows up
-train ``--big-trials`` trials for ``--big-epochs`` epochs (the same for every way), so the
-largest fits in minutes on 2 cores. As many trials as the smaller sizes, not fewer: the
+bytes of data each worker holds (the shards' tensors it owns). Sizes below ``--big`` run
+the three cluster ways ``--rounds`` times (3), one way after another in each round, each
+round in another order, and report medians: one run's figures moved by a fifth to a third
+from run to run (two identical configurations read 1.10x and 1.38x of each other at 10
+thousand rows, 1.25x at 1 million). Sizes from ``--big`` rows up train ``--big-trials``
+trials for ``--big-epochs`` epochs (the same for every way), once, so the largest fits in
+minutes on 2 cores. As many trials as the smaller sizes, not fewer: the
 configurations differ in cost (embedding 32 against 16 and 8), and 2 trials on 2 workers
 leave the one with the cheaper trial idle whatever the way (at 10 million rows, 2 trials
 kept task parallelism's workers 71% and 100% busy, hopping's 84% and 86%).
 
 Usage: python bench/mop.py [--sizes 10000,100000,1000000,10000000] [--trials 4] [--epochs 3]
-                           [--big 5000000] [--big-trials 4] [--big-epochs 1]
+                           [--big 5000000] [--big-trials 4] [--big-epochs 1] [--rounds 3]
 Writes its section of BENCHMARKS.md; the last line is one JSON object.
 """
 
@@ -37,6 +41,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -100,12 +105,22 @@ def _way(rt, region, manifest, configs, app) -> dict:  # noqa: ANN001 - bench gl
     end = max(t.finished_at for t in trials)
     span = (end - begin).total_seconds()
     busy: dict[str, float] = {}
+    deciding: dict[str, float] = {}
     for h in hops:
         busy[h.worker] = busy.get(h.worker, 0.0) + (
             h.finished_at - h.started_at).total_seconds()
+    # an epoch's end is decided by the worker of its last hop, after that hop is recorded
+    last = {(h.trial_id, h.epoch): h for h in sorted(hops, key=lambda h: h.position)}
+    for t in trials:
+        for e in rt.db.epochs(t.id):
+            h = last.get((t.id, e.epoch))
+            if h is not None and e.finished_at is not None:
+                deciding[h.worker] = deciding.get(h.worker, 0.0) + max(
+                    0.0, (e.finished_at - h.finished_at).total_seconds())
     return {"study": study, "trials": trials, "hops": len(hops), "span_s": span,
             "epoch_s": span / region.epochs,
             "busy": {w: round(b / span, 4) for w, b in sorted(busy.items())},
+            "deciding": {w: round(deciding.get(w, 0.0) / span, 4) for w in sorted(busy)},
             "metrics": [t.last_metric for t in trials]}
 
 
@@ -119,6 +134,8 @@ def main() -> int:
                         help="sizes from this many rows train --big-trials for --big-epochs")
     parser.add_argument("--big-trials", type=int, default=4)
     parser.add_argument("--big-epochs", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs of each way for sizes below --big (medians reported)")
     args = parser.parse_args()
     try:
         sizes = sorted(int(x) for x in args.sizes.split(","))
@@ -126,6 +143,8 @@ def main() -> int:
         parser.error(f"--sizes: comma-separated integers, got {args.sizes!r}")
     if not sizes or sizes[0] < 1000:
         parser.error("--sizes: each size at least 1000 rows")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
 
     home = Path(tempfile.mkdtemp(prefix="htmop-"))
     os.environ["HOPTUNE_HOME"] = str(home)
@@ -142,7 +161,8 @@ def main() -> int:
             big = size >= args.big
             trials, epochs = (args.big_trials, args.big_epochs) if big else (args.trials,
                                                                              args.epochs)
-            out["sizes"][str(size)] = _measure(home, size, trials, epochs)
+            rounds = 1 if big else args.rounds
+            out["sizes"][str(size)] = _measure(home, size, trials, epochs, rounds)
             print(json.dumps({"size": size, **_summary(out["sizes"][str(size)])}), flush=True)
     finally:
         broker.stop()
@@ -154,8 +174,9 @@ def main() -> int:
     return 0
 
 
-def _measure(home: Path, size: int, trials: int, epochs: int) -> dict:
-    """The four ways on one region size's data: the figures ``_report`` writes."""
+def _measure(home: Path, size: int, trials: int, epochs: int, rounds: int) -> dict:
+    """The four ways on one region size's data, the cluster's ``rounds`` times: the figures
+    (medians over the rounds) ``_report`` writes."""
     from hoptune.core import Settings, Store
     from hoptune.regions import ingest, load_config
     from hoptune.tasks.plan import ingest_region
@@ -169,17 +190,27 @@ def _measure(home: Path, size: int, trials: int, epochs: int) -> dict:
     regions = {way: config.region(f"{way}_{size}") for way in (*WAYS, "warm")}
     manifests = {way: (ingest_region(rt, r, workers=2) if way == "auto" else
                        ingest(r, store)).manifest for way, r in regions.items()}
-    ways = _on_the_cluster(rt, settings, regions, manifests, configs)
+    runs = _on_the_cluster(rt, settings, regions, manifests, configs, rounds)
+    ways = runs[0]
     serial, equal = _one_process(rt, store, ways["hop"], epochs, 2)
     held = {way: _held(store, manifests[way], ways[way]["owners"]) for way in WAYS}
-    e = {way: ways[way]["epoch_s"] for way in WAYS}
+    e = {way: statistics.median(r[way]["epoch_s"] for r in runs) for way in WAYS}
+    ratio = {w: statistics.median(r[w]["epoch_s"] / r["task"]["epoch_s"] for r in runs)
+             for w in ("auto", "hop")}
+    busy, deciding = ({w: {worker: round(statistics.median(r[w][key].get(worker, 0.0)
+                                                           for r in runs), 4)
+                           for worker in ways[w]["busy"]} for w in WAYS}
+                      for key in ("busy", "deciding"))
     return {
-        "trials": trials, "epochs": epochs, "rows": size,
+        "trials": trials, "epochs": epochs, "rows": size, "rounds": rounds,
         "auto_shards": manifests["auto"]["shards"],
         "auto_reason": manifests["auto"].get("shards_reason", ""),
         "epoch_s": {**{w: round(v, 3) for w, v in e.items()}, "serial": round(serial, 3)},
-        "ratio": {w: round(e[w] / e["task"], 4) for w in ("auto", "hop")},
-        "busy": {w: ways[w]["busy"] for w in WAYS},
+        "ratio": {w: round(v, 4) for w, v in ratio.items()},
+        "busy": busy,
+        "deciding": deciding,
+        "runs": [{w: {"epoch_s": round(r[w]["epoch_s"], 4), "busy": r[w]["busy"]} for w in WAYS}
+                 for r in runs],
         "held_bytes": held,
         "held_ratio": {w: round(max(held[w].values()) / max(held["task"].values()), 4)
                        for w in ("auto", "hop")},
@@ -222,9 +253,10 @@ def _write_config(home: Path, size: int, epochs: int) -> Path:
 
 
 def _on_the_cluster(rt, settings, regions: dict, manifests: dict,  # noqa: ANN001
-                    configs: list[dict]) -> dict:
-    """The three cluster ways, one after the other, on the same 2 workers, placed as local
-    clusters place shards (``assign_shards``: K = 1 a replica on each worker)."""
+                    configs: list[dict], rounds: int) -> list[dict]:
+    """The three cluster ways, one after the other, ``rounds`` times, on the same 2 workers,
+    placed as local clusters place shards (``assign_shards``: K = 1 a replica on each
+    worker): one dict of the ways per round."""
     from hoptune.tasks import app
     from hoptune.tasks.cli import LocalCluster, assign_shards
 
@@ -233,16 +265,18 @@ def _on_the_cluster(rt, settings, regions: dict, manifests: dict,  # noqa: ANN00
     shards[warm.name] = 2
     cluster = LocalCluster({}, 2, log_dir=settings.home / "logs")
     cluster.assignment = assign_shards(shards, 2)
-    out = {}
+    out = []
     try:
         cluster.start()
         cluster.wait_ready(app)
         # each worker's first hop pays its imports and first allocations: not a way's cost
         _way(rt, warm, manifests["warm"], CONFIGS[:2], app)
-        for way in WAYS:
-            out[way] = _way(rt, regions[way], manifests[way], configs, app)
-            out[way]["owners"] = [[k for r, k in owned if r == regions[way].name]
-                                  for owned in cluster.assignment]
+        for r in range(rounds):
+            out.append({})
+            for way in WAYS[r % len(WAYS):] + WAYS[:r % len(WAYS)]:  # each first once
+                out[-1][way] = _way(rt, regions[way], manifests[way], configs, app)
+                out[-1][way]["owners"] = [[k for r, k in owned if r == regions[way].name]
+                                          for owned in cluster.assignment]
     finally:
         cluster.stop()
     return out
@@ -295,11 +329,16 @@ def _report(out: dict, args: argparse.Namespace) -> None:
         e, b, h = f["epoch_s"], f["busy"], f["held_ratio"]
         busy = {w: ", ".join(f"{v:.1%}" for v in b[w].values()) for w in WAYS}
         rows.append(
-            f"| {int(size):,} | {f['trials']} x {f['epochs']} | {f['auto_shards']} | "
+            f"| {int(size):,} | {f['trials']} x {f['epochs']}, {f['rounds']} run(s) | "
+            f"{f['auto_shards']} | "
             f"{e['auto']:.3f} ({f['ratio']['auto']:.3f}x) | {e['hop']:.3f} "
             f"({f['ratio']['hop']:.3f}x) | {e['task']:.3f} | {e['serial']:.3f} | "
             f"{busy['auto']} | {busy['hop']} | {busy['task']} | {h['auto']:.2f} | "
             f"{h['hop']:.2f} | {f['bitwise_equal']} | {_verdict(_met(f))} |")
+    deciding = "\n".join(
+        f"- {int(size):,} rows: " + "; ".join(
+            f"{w} {', '.join(f'{v:.1%}' for v in f['deciding'][w].values())}" for w in WAYS)
+        for size, f in out["sizes"].items())
     reasons = "\n".join(f"- {int(size):,} rows: {f['auto_shards']} shard(s), "
                          f"{f['auto_reason']}" for size, f in out["sizes"].items())
     write_section("mop", f"""
@@ -313,7 +352,9 @@ processes on the embedded Redis serve every way of a size, one after the other. 
 {args.big:,} rows train {args.big_trials} trials for {args.big_epochs} epoch(s), every way
 alike. Task parallelism: the data as one shard both workers hold in full, each trial's hop
 a whole epoch on one worker. Wall time per epoch of the cohort in seconds, with its ratio
-to task parallelism; data held: the most bytes of data one worker holds, against task
+to task parallelism; sizes below {args.big:,} rows run every way {args.rounds} times, one
+way after another in each round, each round in another order, and show medians (the
+ratio: the median of each round's); data held: the most bytes of data one worker holds, against task
 parallelism's; one process: the trials one after another in hoptune's (K = 2) recorded
 visit orders, bitwise equal to hoptune's final weights where "bitwise" says True.
 Targets for `shards = "auto"`: at most 1.10x task parallelism's wall time per epoch and
@@ -322,6 +363,12 @@ at most half the data task parallelism holds.
 
 {HEADER}
 {chr(10).join(rows)}
+
+Share of the span each worker then spent deciding epochs it ended (validation, the
+pruner, the next epoch's placement, between its last hop's record and the epoch's), not
+counted in the busy shares above (median over the runs; auto, K = 2, task):
+
+{deciding}
 
 Why `auto` chose its K (the manifest's reason):
 
