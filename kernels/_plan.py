@@ -3,9 +3,10 @@
 A step of a parameter group finds the parameters with a gradient, sorts them
 by device, dtype and step count, checks that every tensor can be addressed
 directly, builds the pointer table and launches: in Python, per parameter,
-hundreds of microseconds for ten tensors, milliseconds for a hundred, longer
-than the update itself on a GPU. All of it but the gradients' addresses and
-the step count stays the same from one step to the next. A plan keeps it: the
+about 150 microseconds for ten tensors and a millisecond for a hundred on a
+2-core host, longer than the whole of torch's fused step on a GPU. All of it
+but the gradients' addresses and the step count stays the same from one step
+to the next. A plan keeps it: the
 parameters and their state tensors, their addresses and sizes, and the step
 count they share. A planned step checks that the plan still holds (the same
 parameters with a gradient, at the same addresses, with the same step

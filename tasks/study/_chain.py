@@ -9,8 +9,9 @@ sends every other message as before. The next hop is recorded as queued in the
 hand-on's transaction exactly as if its message had been sent, so every fault
 guarantee holds: a worker that dies during a hop it chained leaves that hop
 held by a dead worker, which the sweeper sends again, as it sends a hop whose
-message its sender died before sending; and the delivery that started the chain
-comes back from the broker and hands on again.
+message its sender died before sending; and the delivery that started the chain,
+never acknowledged, comes back from the broker later (at once from RabbitMQ,
+after the visibility timeout from Redis) and finds its own hop done.
 
 A chain goes on while its delivery has run under ``chain_seconds()``
 (``HOPTUNE_CHAIN_SECONDS``, default 1; 0 turns chaining off): hops of a second
