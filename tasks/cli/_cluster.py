@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hoptune.core import Settings, StoreError, parse_duration
-from hoptune.tasks.worker import local_devices, visible_gpus
+from hoptune.tasks.worker import chain_seconds, local_devices, visible_gpus
 
 __all__ = ["AUTO_WORKERS", "assign_shards", "default_workers", "LocalCluster", "local_cluster",
            "stop_seconds", "worker_command"]
@@ -79,6 +79,7 @@ class LocalCluster:
         self.log_dir = log_dir
         self.loglevel = loglevel
         self.stop_timeout = stop_seconds()  # read before anything starts: a bad one stops here
+        chain_seconds()  # the workers' (they inherit the environment): likewise
         self.processes: list[subprocess.Popen[bytes]] = []
         host = socket.gethostname()
         self.names = [f"w{i}@{host}" for i in range(workers)]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from hoptune.core import lazy_names
 
 _NAMES = {
-    "chain_seconds": "hoptune.tasks.study._chain",
     "go_on_here": "hoptune.tasks.study._chain",
     "collect": "hoptune.tasks.study._gc",
     "run_inline": "hoptune.tasks.study._inline",

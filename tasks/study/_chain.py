@@ -33,25 +33,14 @@ from hoptune.tasks.worker import (
     TRANSIENT,
     Dispatch,
     Runtime,
+    chain_seconds,
     parse_hop,
     parse_shard_spec,
 )
 
-__all__ = ["chain_seconds", "go_on_here", "owned_here"]
+__all__ = ["go_on_here", "owned_here"]
 
 log = logging.getLogger(__name__)
-
-
-def chain_seconds() -> float:
-    """How long one hop delivery may go on running the next hops here (0: never)."""
-    value = os.environ.get("HOPTUNE_CHAIN_SECONDS", "1")
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"HOPTUNE_CHAIN_SECONDS: a number of seconds, got {value!r}") from None
-    if not seconds >= 0:
-        raise ValueError(f"HOPTUNE_CHAIN_SECONDS: 0 or more seconds, got {value!r}")
-    return seconds
 
 
 def owned_here(d: Dispatch) -> bool:

@@ -47,6 +47,7 @@ _NAMES = {
     "Heartbeat": "hoptune.tasks.worker._liveness",
     "host_class": "hoptune.tasks.worker._liveness",
     "live_after": "hoptune.tasks.worker._liveness",
+    "chain_seconds": "hoptune.tasks.worker._liveness",
     "liveness_seconds": "hoptune.tasks.worker._liveness",
     "keep_freed_memory": "hoptune.tasks.worker._memory",
     "BadMessage": "hoptune.tasks.worker._messages",

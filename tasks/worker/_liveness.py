@@ -18,11 +18,12 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from hoptune.core import ConfigError
 from hoptune.tasks.worker._runtime import Runtime
 from hoptune.tuner import Locks, WorkerRecords, utcnow
 
-__all__ = ["Heartbeat", "host_class", "heartbeat_seconds", "liveness_seconds", "live_after",
-           "sweep_seconds"]
+__all__ = ["Heartbeat", "chain_seconds", "host_class", "heartbeat_seconds", "liveness_seconds",
+           "live_after", "sweep_seconds"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,20 @@ def liveness_seconds() -> float:
 
 def sweep_seconds() -> float:
     return _seconds("HOPTUNE_SWEEP_SECONDS", 20.0)
+
+
+def chain_seconds() -> float:
+    """How long one hop delivery may go on running the next hops whose shard its worker owns
+    (``HOPTUNE_CHAIN_SECONDS``, default 1; 0: never, every hop by message). ``ConfigError``
+    naming the variable where it is not a number of seconds."""
+    value = os.environ.get("HOPTUNE_CHAIN_SECONDS", "1")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds >= 0:  # NaN too
+        raise ConfigError(f"HOPTUNE_CHAIN_SECONDS: 0 or more seconds, got {value!r}")
+    return seconds
 
 
 def live_after() -> datetime:

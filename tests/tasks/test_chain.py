@@ -10,13 +10,13 @@ import time
 import pytest
 import torch
 
-from hoptune.core import Store
+from hoptune.core import ConfigError, Store
 from hoptune.regions import ingest, load_config
 from hoptune.tasks import create_study, run_hop
-from hoptune.tasks.study import chain_seconds, go_on_here
+from hoptune.tasks.study import go_on_here
 from hoptune.tasks.study._chain import owned_here
 from hoptune.tasks.study._workflow import tune_step
-from hoptune.tasks.worker import RETRY_SECONDS, hop_dispatch, tune_step_dispatch
+from hoptune.tasks.worker import RETRY_SECONDS, chain_seconds, hop_dispatch, tune_step_dispatch
 from hoptune.tuner import HopRecords
 
 
@@ -110,7 +110,7 @@ def test_owned_here_follows_the_worker_shards(monkeypatch) -> None:
 @pytest.mark.parametrize("value", ["soon", "-1", "nan"])
 def test_chain_seconds_refuses_what_is_not_seconds(monkeypatch, value) -> None:
     monkeypatch.setenv("HOPTUNE_CHAIN_SECONDS", value)
-    with pytest.raises(ValueError, match="HOPTUNE_CHAIN_SECONDS"):
+    with pytest.raises(ConfigError, match="HOPTUNE_CHAIN_SECONDS"):
         chain_seconds()
 
 

@@ -162,6 +162,15 @@ def test_bad_arguments(project: Path, args: list[str], message: str) -> None:
     assert (result.returncode, result.stderr) == (2, message)
 
 
+@pytest.mark.parametrize("command", [["worker", "--shards", "north:0"], ["up", "--workers", "1"]])
+def test_a_bad_chain_seconds_stops_a_worker_before_it_starts(project: Path, monkeypatch,
+                                                            command: list[str]) -> None:
+    monkeypatch.setenv("HOPTUNE_CHAIN_SECONDS", "soon")
+    result = hoptune(*command, cwd=project)
+    assert (result.returncode, result.stderr.splitlines()[-1]) == (
+        2, "hoptune: error: HOPTUNE_CHAIN_SECONDS: 0 or more seconds, got 'soon'")
+
+
 def test_argument_type_errors_exit_2(project: Path) -> None:
     result = hoptune("demo", "--workers", "0", cwd=project)
     assert result.returncode == 2
