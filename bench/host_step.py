@@ -32,7 +32,6 @@ if sys.path[0] == str(Path(__file__).resolve().parent):
 
 from bench._report import command, machine, write_section  # noqa: E402
 from hoptune import kernels  # noqa: E402
-from hoptune.kernels import _cupy, _dispatch  # noqa: E402
 
 PARAMETERS = 100_000
 TENSORS = (10, 100)
@@ -40,15 +39,6 @@ OPTIMIZERS = {
     "FusedAdamW": lambda ps: kernels.FusedAdamW(ps, lr=1e-3, weight_decay=1e-2),
     "FusedSGD": lambda ps: kernels.FusedSGD(ps, lr=1e-2, momentum=0.9, weight_decay=1e-2),
 }
-
-
-def on_the_kernel_path() -> None:
-    """CPU float tensors take the kernel path and its launch does nothing."""
-    def choose(device: torch.device, dtype: torch.dtype) -> _dispatch.PathChoice:
-        return _dispatch.PathChoice(_dispatch.KERNEL, "host work only (bench/host_step.py)")
-
-    _dispatch.choose_path = choose
-    _cupy.launch = lambda spec, dtype, device, args, size: None
 
 
 def host_seconds(name: str, tensors: int, steps: int) -> dict[str, float]:
@@ -78,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    on_the_kernel_path()
-    figures = {f"{name}/{t}": host_seconds(name, t, args.steps)
-               for name in OPTIMIZERS for t in TENSORS}
+    with kernels.host_work_only():
+        figures = {f"{name}/{t}": host_seconds(name, t, args.steps)
+                   for name in OPTIMIZERS for t in TENSORS}
     rows = [f"| {key.split('/')[0]} | {key.split('/')[1]} | {f['unplanned'] * 1e6:.0f} | "
             f"{f['planned'] * 1e6:.0f} | {f['unplanned'] / f['planned']:.1f}x |"
             for key, f in figures.items()]

@@ -23,7 +23,13 @@ from hoptune.kernels._bounds import (
 from hoptune.kernels._clip import clip_grad_norm_
 from hoptune.kernels._cohort import CohortAdamW, CohortSGD
 from hoptune.kernels._cupy import device_names, identity
-from hoptune.kernels._dispatch import KERNEL, PathChoice, choose_path, paths_taken
+from hoptune.kernels._dispatch import (
+    KERNEL,
+    PathChoice,
+    choose_path,
+    host_work_only,
+    paths_taken,
+)
 from hoptune.kernels._error_model import Comparison, allclose_by_bound, compare_by_bound
 from hoptune.kernels._factory import OPTIMIZERS, make_optimizer, optimizer_class
 from hoptune.kernels._scaled_sigmoid import ScaledSigmoid, scaled_sigmoid
@@ -69,6 +75,7 @@ __all__ = [
     "compare_by_bound",
     "configure",
     "device_names",
+    "host_work_only",
     "identity",
     "kernel_report",
     "make_optimizer",

@@ -11,7 +11,8 @@ logger, with its reason, and kept for the worker's info (``paths_taken``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from hoptune.kernels._launches import dtype_name
 from hoptune.kernels._source import DTYPES, KernelSpec
 
 __all__ = [
+    "host_work_only",
     "KERNEL",
     "REFERENCE",
     "TORCH",
@@ -163,3 +165,21 @@ def split_by_path(
             ),
         )
     return kernel, reference
+
+
+@contextmanager
+def host_work_only() -> Iterator[None]:
+    """While it lasts, every tensor takes the kernel path and a launch does nothing: what a
+    fused step costs on the host around its launch, measurable on any machine
+    (``bench/host_step.py``). Nothing is updated, so never while training."""
+    global choose_path
+    chosen, launch = choose_path, _cupy.launch
+
+    def kernel(device: torch.device, dtype: torch.dtype) -> PathChoice:
+        return PathChoice(KERNEL, "host work only (kernels.host_work_only)")
+
+    choose_path, _cupy.launch = kernel, lambda spec, dtype, device, args, size: None
+    try:
+        yield
+    finally:
+        choose_path, _cupy.launch = chosen, launch

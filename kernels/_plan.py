@@ -6,16 +6,16 @@ directly, builds the pointer table and launches: in Python, per parameter,
 about 150 microseconds for ten tensors and a millisecond for a hundred on a
 2-core host, longer than the whole of torch's fused step on a GPU. All of it
 but the gradients' addresses and the step count stays the same from one step
-to the next. A plan keeps it: the
-parameters and their state tensors, their addresses and sizes, and the step
-count they share. A planned step checks that the plan still holds (the same
-parameters with a gradient, at the same addresses, with the same step
-tensors, and contiguous gradients), adds 1 to every step count in one call,
-and launches over the table of those addresses (cached: the same addresses
-give the same table on the device). Where the plan does not hold, the step
-runs as it would without one and plans again; loading a state dict drops the
-plans. The update launched is the same kernel with the same scalars over the
-same tensors, so a planned step is bitwise the unplanned one.
+to the next. A plan keeps it: the parameters and their state tensors, their
+addresses and sizes, and the step count they share. A planned step checks
+that the plan still holds (the same parameters with a gradient, at the same
+addresses, with the same step tensors, contiguous gradients, and the kernel
+path still chosen for them), adds 1 to every step count in one operation, and
+launches over the table of those addresses (cached: the same addresses give
+the same table on the device). Where the plan does not hold, the step runs as
+it would without one and plans again; loading a state dict drops the plans.
+The update launched is the same kernel with the same scalars over the same
+tensors, so a planned step is bitwise the unplanned one.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ class StepPlan:
     (flags of the group that change the tensors it holds).
     """
 
-    def __init__(self, group: dict, params: Sequence[torch.Tensor],
+    def __init__(self, spec: KernelSpec, group: dict, params: Sequence[torch.Tensor],
                  state: Sequence[Sequence[torch.Tensor | None]], steps: Sequence[torch.Tensor],
                  step: float, options: tuple, device: torch.device, dtype: torch.dtype,
                  roles: tuple[str, ...]) -> None:
-        self.group, self.options = group, options
+        self.spec, self.group, self.options = spec, group, options
         self.device, self.dtype, self.roles = device, dtype, roles
         self.params = list(params)
         self.ids = tuple(map(id, self.params))
@@ -66,11 +66,13 @@ class StepPlan:
         return tuple(t.data_ptr() for t in tensors)
 
     def serves(self, group: dict, params: Sequence[torch.Tensor], options: tuple) -> bool:
-        """Whether the plan is for this step of ``group``: the same options, and the same
-        parameters with a gradient, where they were."""
+        """Whether the plan is for this step of ``group``: the same options, the same
+        parameters with a gradient, where they were, and still the kernel path for them."""
         return (group is self.group and options == self.options
                 and tuple(map(id, params)) == self.ids
-                and self._pointers(params) == self.pointers)
+                and self._pointers(params) == self.pointers
+                and _dispatch.kernel_path(self.spec, self.device, self.dtype).path
+                == _dispatch.KERNEL)
 
     def holds(self, steps: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> bool:
         """Whether, for the parameters it ``serves``, the plan's step tensors are still theirs
@@ -132,5 +134,5 @@ def plan_step(spec: KernelSpec, group: dict, params: Sequence[torch.Tensor],
             real = torch.view_as_real(t) if torch.is_complex(t) else t
             if real.device != device or real.dtype != dtype or not t.is_contiguous():
                 return None
-    return StepPlan(group, params, state, steps, counts.pop() if counts else 0.0, options,
-                    device, dtype, roles)
+    return StepPlan(spec, group, params, state, steps, counts.pop() if counts else 0.0,
+                    options, device, dtype, roles)

@@ -170,3 +170,18 @@ def test_on_the_reference_path_nothing_is_planned() -> None:
             p.grad = grad
         optimizer.step()
     assert optimizer._plan(optimizer.param_groups[0]) is None
+
+
+def test_host_work_only_takes_the_kernel_path_and_updates_nothing_while_it_lasts() -> None:
+    params = _params()
+    before = [p.detach().clone() for p in params]
+    optimizer = OPTIMIZERS["adamw"](params)
+    with kernels.host_work_only():
+        for step in range(3):
+            for p, grad in zip(params, _grads(params, step), strict=True):
+                p.grad = grad
+            optimizer.step()
+        assert optimizer._plan(optimizer.param_groups[0]) is not None  # the kernel path's
+        assert all(torch.equal(p, b) for p, b in zip(params, before, strict=True))
+    optimizer.step()  # the reference path again: the parameters move
+    assert not torch.equal(params[0], before[0])
