@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -321,33 +320,39 @@ def test_a_truncated_checkpoint_is_set_aside_and_its_hop_runs_again(scenario, wo
     assert list(path.parent.glob(f"{path.name}.unreadable-*")), "set aside for a look"
 
 
+#: A start-up hook of the scenario's workers: every first hop's checkpoint lands cut short,
+#: as a disk that lost its tail would leave it.
+TRUNCATE_FIRST_HOPS = '''
+from hoptune.tasks.worker import _checkpoint
+
+_write = _checkpoint.write_encoded
+
+
+def _truncated(store, key, data):
+    _write(store, key, data[:50] if key.endswith("e0000-p0000.pt") else data)
+
+
+_checkpoint.write_encoded = _truncated
+'''
+
+
 def test_a_checkpoint_unreadable_every_time_fails_its_trial_naming_the_file(
         scenario, workers, home: Path, fault_env) -> None:
-    """Past max_redeliveries rewinds the trial fails, and the driver's last line names the file."""
+    """Past max_redeliveries rewinds the trial fails, and the driver's last line names the file.
+
+    The worker owns both shards, so it runs the second hop itself right after the first
+    (``HOPTUNE_CHAIN_SECONDS``): the file is cut short as it is written, not after, or
+    the next hop could read it whole first."""
+    hook = home / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(TRUNCATE_FIRST_HOPS)
+    workers.env["PYTHONPATH"] = str(hook)
     workers.start("w0", "north:0,north:1")
     workers.wait_ready()
     scenario.write_config(trials=1, parallel=1, epochs=2, tuned=True)
-    store = Path(scenario.runtime().store.path("checkpoints"))
-    stop = threading.Event()
-
-    def spoil() -> None:  # truncate every first hop's checkpoint as soon as it is written
-        while not stop.is_set():
-            for path in store.glob("study-*/trial-*/e0000-p0000.pt"):
-                try:
-                    if path.stat().st_size > 100:
-                        path.write_bytes(path.read_bytes()[:50])
-                except (FileNotFoundError, ValueError):
-                    pass
-            time.sleep(0.005)
-
-    spoiler = threading.Thread(target=spoil, daemon=True)
-    spoiler.start()
-    try:
-        done = subprocess.run(["hoptune", "tune", "north", "--no-progress"], cwd=home,
-                              capture_output=True, text=True, env={**os.environ, **fault_env},
-                              timeout=180)
-    finally:
-        stop.set()
+    done = subprocess.run(["hoptune", "tune", "north", "--no-progress"], cwd=home,
+                          capture_output=True, text=True, env={**os.environ, **fault_env},
+                          timeout=180)
     (study,) = scenario.runtime().db.studies("north")
     (trial,) = scenario.runtime().db.trials(study.id)
     key = f"checkpoints/study-{study.id}/trial-{trial.id}/e0000-p0000.pt"
