@@ -66,7 +66,8 @@ class FusedSGD(FusedOptimizer):
         plan = self._plan(group)
         if plan is not None and plan.serves(group, params, options):
             grads = [p.grad for p in params]
-            buffers = [self.state[p].get("momentum_buffer") for p in params]
+            buffers = ([self.state[p].get("momentum_buffer") for p in params] if options[0]
+                       else [None] * len(params))  # without momentum no state is read
             if plan.holds([], grads) and all(
                     a is b for a, b in zip(buffers, plan.buffers, strict=True)):
                 plan.advance()
