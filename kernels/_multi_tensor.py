@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["MAX_CHUNKS", "MIN_CHUNK_SHIFT", "PointerTable", "chunk_shift", "device_table",
-           "placed_table", "pointer_table"]
+           "placed_table", "pointer_table", "to_device"]
 
 #: The smallest chunk is a warp's 32 indices, so a warp never reads two table entries.
 MIN_CHUNK_SHIFT = 5
@@ -97,7 +97,7 @@ def placed_table(roles: tuple[str, ...], pointers: tuple[int, ...], sizes: tuple
     for t, n in enumerate(sizes):
         starts.append(len(chunks) << shift)
         chunks += [t] * -(-n >> shift)
-    table = device_table((*pointers, *starts, *sizes, *chunks), device)
+    table = to_device((*pointers, *starts, *sizes, *chunks), device)  # cached with the table
     n = len(sizes)
     rows = {name: table[r * n:(r + 1) * n] for r, name in enumerate(roles)}
     at = len(roles) * n
@@ -108,8 +108,12 @@ def placed_table(roles: tuple[str, ...], pointers: tuple[int, ...], sizes: tuple
 
 @functools.lru_cache(maxsize=64)
 def device_table(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """values as an int64 tensor on device; cached, since a table holds only addresses,
-    sizes and layout.
+    """``to_device``, cached: a table of addresses and sizes is the same while they are."""
+    return to_device(values, device)
+
+
+def to_device(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """values as an int64 tensor on device.
 
     On CUDA the copy goes through pinned memory without blocking the host, so
     an optimizer step never waits for the GPU.
