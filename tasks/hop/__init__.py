@@ -24,6 +24,7 @@ _NAMES = {
     "model_at": "hoptune.tasks.hop._hop",
     "rewind": "hoptune.tasks.hop._hop",
     "run_hop": "hoptune.tasks.hop._hop",
+    "started_owning": "hoptune.tasks.hop._admission",
     "wait_written": "hoptune.tasks.hop._hop",
     "replay_trial": "hoptune.tasks.hop._replay",
     "trial_seed": "hoptune.tasks.hop._seeds",

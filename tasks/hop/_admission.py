@@ -29,7 +29,7 @@ from hoptune.tuner import EpochRow, HopRecords, StudyRow, TrialRow, WorkerRecord
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-__all__ = ["Admitted", "admission", "admit", "hop_name", "owns", "refusal"]
+__all__ = ["Admitted", "admission", "admit", "hop_name", "owns", "refusal", "started_owning"]
 
 
 class Admitted(NamedTuple):
@@ -66,12 +66,17 @@ def refusal(rt: Runtime, region: str, study_id: int, shard: int, conn: Connectio
     return study
 
 
+def started_owning(region: str, shard: int) -> bool:
+    """Whether this worker was started owning ``region``'s ``shard``
+    (``HOPTUNE_WORKER_SHARDS``; a process started without it owns every one)."""
+    spec = os.environ.get("HOPTUNE_WORKER_SHARDS")
+    return not spec or (region, shard) in parse_shard_spec(spec)
+
+
 def owns(rt: Runtime, region: str, shard: int) -> bool:
     """Whether this worker may train ``region``'s ``shard``: it was started owning it, or the
-    sweeper recorded a takeover of its queue by this worker (before telling it to consume).
-    A process started without shards (``HOPTUNE_WORKER_SHARDS`` unset) owns every one."""
-    spec = os.environ.get("HOPTUNE_WORKER_SHARDS")
-    if not spec or (region, shard) in parse_shard_spec(spec):
+    sweeper recorded a takeover of its queue by this worker (before telling it to consume)."""
+    if started_owning(region, shard):
         return True
     queue = hop_queue(region, shard)
     return any(t["queue"] == queue and t["worker"] == rt.worker

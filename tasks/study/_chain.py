@@ -22,11 +22,10 @@ worker's queues wait at most that long more than they would.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 
-from hoptune.tasks.hop import HopReport, run_hop
+from hoptune.tasks.hop import HopReport, run_hop, started_owning
 from hoptune.tasks.study._workflow import hand_on
 from hoptune.tasks.worker import (
     RETRY_SECONDS,
@@ -35,7 +34,6 @@ from hoptune.tasks.worker import (
     Runtime,
     chain_seconds,
     parse_hop,
-    parse_shard_spec,
 )
 
 __all__ = ["go_on_here", "owned_here"]
@@ -44,12 +42,9 @@ log = logging.getLogger(__name__)
 
 
 def owned_here(d: Dispatch) -> bool:
-    """Whether ``d`` is a hop whose shard this worker was started owning
-    (``HOPTUNE_WORKER_SHARDS``; a worker started without it owns every shard)."""
-    if d.task != "hoptune.hop":
-        return False
-    spec = os.environ.get("HOPTUNE_WORKER_SHARDS")
-    return not spec or (d.kwargs["region"], d.kwargs["shard"]) in parse_shard_spec(spec)
+    """Whether ``d`` is a hop whose shard this worker was started owning (a shard taken over
+    later goes by message, as before)."""
+    return d.task == "hoptune.hop" and started_owning(d.kwargs["region"], d.kwargs["shard"])
 
 
 def go_on_here(rt: Runtime, report: HopReport, send: Callable[..., None], *,
