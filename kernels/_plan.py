@@ -38,27 +38,29 @@ class StepPlan:
     ``state`` one tuple per role after params and grads (exp_avg, ... ; None
     where a role has no tensor), each a tensor per parameter; ``steps`` the
     parameters' step tensors (empty for an optimizer without one) and
-    ``step`` the count they share; ``options`` what else the plan was made for
-    (flags of the group that change the tensors it holds).
+    ``step`` the count they share; ``watched`` the per-parameter tensors that must
+    stay the same objects for the plan to hold (the step tensors, by default; SGD's
+    momentum buffers); ``options`` what else the plan was made for (flags of the
+    group that change the tensors it holds).
     """
 
     def __init__(self, spec: KernelSpec, group: dict, params: Sequence[torch.Tensor],
                  state: Sequence[Sequence[torch.Tensor | None]], steps: Sequence[torch.Tensor],
                  step: float, options: tuple, device: torch.device, dtype: torch.dtype,
-                 roles: tuple[str, ...]) -> None:
+                 roles: tuple[str, ...], watched: Sequence[torch.Tensor | None] | None = None
+                 ) -> None:
         self.spec, self.group, self.options = spec, group, options
         self.device, self.dtype, self.roles = device, dtype, roles
         self.params = list(params)
         self.ids = tuple(map(id, self.params))
         self.pointers = self._pointers(self.params)
         self.steps, self.step = list(steps), step
+        self.watched = list(self.steps if watched is None else watched)
         # a zero-element parameter has no place in the table (as in ``pointer_table``)
         self.placed = [j for j, p in enumerate(self.params) if p.numel() > 0]
         self.sizes = tuple(_real_numel(self.params[j]) for j in self.placed)
         self.state_pointers = tuple(
             0 if role[j] is None else role[j].data_ptr() for role in state for j in self.placed)
-        #: the state tensors the plan was made with, where an optimizer checks them itself
-        self.buffers: list[torch.Tensor | None] = []
         #: the one tensor the step tensors view, where they were made views (``count_as_one``)
         self.counter: torch.Tensor | None = None
 
@@ -74,10 +76,11 @@ class StepPlan:
                 and _dispatch.kernel_path(self.spec, self.device, self.dtype).path
                 == _dispatch.KERNEL)
 
-    def holds(self, steps: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> bool:
-        """Whether, for the parameters it ``serves``, the plan's step tensors are still theirs
-        and the kernel can address these gradients."""
-        return (all(a is b for a, b in zip(steps, self.steps, strict=True))
+    def holds(self, watched: Sequence[torch.Tensor | None],
+              grads: Sequence[torch.Tensor]) -> bool:
+        """Whether, for the parameters it ``serves``, their ``watched`` tensors are still the
+        plan's and the kernel can address these gradients."""
+        return (all(a is b for a, b in zip(watched, self.watched, strict=True))
                 and all(g.is_contiguous() for g in grads))
 
     def count_as_one(self, states: Sequence[dict]) -> None:
@@ -88,7 +91,7 @@ class StepPlan:
                                     device=self.steps[0].device)
         for i, state in enumerate(states):
             state["step"] = self.counter[i]
-        self.steps = [state["step"] for state in states]
+        self.steps = self.watched = [state["step"] for state in states]
 
     def advance(self) -> float:
         """Count one step on every parameter; the new count."""
@@ -113,7 +116,8 @@ def _real_numel(t: torch.Tensor) -> int:
 
 def plan_step(spec: KernelSpec, group: dict, params: Sequence[torch.Tensor],
               state: Sequence[Sequence[torch.Tensor | None]], steps: Sequence[torch.Tensor],
-              options: tuple, roles: tuple[str, ...]) -> StepPlan | None:
+              options: tuple, roles: tuple[str, ...],
+              watched: Sequence[torch.Tensor | None] | None = None) -> StepPlan | None:
     """The plan of the step just taken for ``params`` (each with a gradient and its state
     made), or None where a plan cannot serve it: no parameters, several devices or dtypes,
     step counts that differ, the reference path, or a tensor the kernel cannot address."""
@@ -135,4 +139,4 @@ def plan_step(spec: KernelSpec, group: dict, params: Sequence[torch.Tensor],
             if real.device != device or real.dtype != dtype or not t.is_contiguous():
                 return None
     return StepPlan(spec, group, params, state, steps, counts.pop() if counts else 0.0,
-                    options, device, dtype, roles)
+                    options, device, dtype, roles, watched)

@@ -68,8 +68,7 @@ class FusedSGD(FusedOptimizer):
             grads = [p.grad for p in params]
             buffers = ([self.state[p].get("momentum_buffer") for p in params] if options[0]
                        else [None] * len(params))  # without momentum no state is read
-            if plan.holds([], grads) and all(
-                    a is b for a, b in zip(buffers, plan.buffers, strict=True)):
+            if plan.holds(buffers, grads):
                 plan.advance()
                 scalars = SGDScalars.for_group(
                     lr=float(group["lr"]), weight_decay=float(group["weight_decay"]),
@@ -81,9 +80,9 @@ class FusedSGD(FusedOptimizer):
         self._step_unplanned(group, params, momentum)
         buffers = [self.state[p].get("momentum_buffer") if momentum != 0 else None
                    for p in params]
-        plan = plan_step(SGD, group, params, [buffers], [], options, _launches.SGD_ROLES)
-        if plan is not None:
-            plan.buffers = buffers  # the plan holds while these are the parameters' buffers
+        # the plan holds while these are the parameters' buffers
+        plan = plan_step(SGD, group, params, [buffers], [], options, _launches.SGD_ROLES,
+                         watched=buffers)
         self._keep_plan(group, plan)
 
     def _step_unplanned(self, group: dict, params: list[torch.Tensor], momentum: float
