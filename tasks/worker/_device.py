@@ -32,6 +32,7 @@ __all__ = [
     "parse_device",
     "plan_worker_device",
     "to_device",
+    "train_deterministically",
     "visible_gpus",
     "worker_device",
     "worker_environment",
@@ -164,12 +165,26 @@ def worker_device(environ: Mapping[str, str] | None = None) -> torch.device:
     device; replays across device kinds (CPU vs GPU, or two GPU models) are
     close but not bitwise, since the kernels round differently.
     """
-    import torch
 
     env = os.environ if environ is None else environ
     gpus = visible_gpus()
     spec = env.get(DEVICE_VARIABLE) or ("cuda" if gpus else "cpu")
     device = parse_device(spec, gpus=gpus, option=DEVICE_VARIABLE)
+    return train_deterministically(device)
+
+
+def train_deterministically(device: torch.device) -> torch.device:
+    """Set this process up to train on ``device`` so that a hop replays bitwise there.
+
+    On a GPU: that GPU made current, deterministic algorithms asked for (and the
+    cuBLAS workspace they need), cuDNN's autotuner off. Every process that trains
+    on a GPU goes through here: a worker through ``worker_device``, any other
+    through its ``Runtime`` (a replay in a notebook, an inline study in a test),
+    so a trial trained in one and replayed in the other agrees bit for bit.
+    Nothing changes on the CPU.
+    """
+    import torch
+
     if device.type == "cuda":
         if os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in _CUBLAS_DETERMINISTIC:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = _CUBLAS_DETERMINISTIC[0]

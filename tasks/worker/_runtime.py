@@ -45,6 +45,10 @@ class Runtime:
         self.worker = worker or os.environ.get("HOPTUNE_WORKER_NAME") or socket.gethostname()
         # this process, as the holder of the hops it claims (its heartbeat row's id)
         self.holder = f"{self.worker}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        if device is not None and device.type == "cuda":
+            from hoptune.tasks.worker._device import train_deterministically
+
+            train_deterministically(device)  # a trial trained here replays bitwise anywhere
         self._device = device
         self.store = Store(self.settings.store_url)
         self.disk_cache = None if self.store.local else Store(str(self.settings.cache_dir))

@@ -7,6 +7,7 @@ with the device, and spies record where every tensor lived while training.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -85,6 +86,29 @@ def test_a_hop_trains_on_the_workers_device(device: str, make_config, home, monk
             assert torch.equal(replayed[name], final[name]), name
     finally:
         rt.db.dispose()
+        torch.use_deterministic_algorithms(False)  # as the other tests of this process expect
+
+
+def test_a_runtime_on_a_gpu_trains_deterministically(home, monkeypatch) -> None:
+    """A process that trains on a GPU without being a worker (an inline study, a replay in a
+    notebook) sets up what a worker does, through the same function: without deterministic
+    algorithms its trials would not replay bitwise (seen on an H200: an inline trial and its
+    replay in one process differed)."""
+    made_current = []
+    monkeypatch.setattr(torch.cuda, "set_device", made_current.append)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        rt = Runtime(worker="test", device=torch.device("cuda", 0))
+        assert torch.are_deterministic_algorithms_enabled()
+        assert made_current == [torch.device("cuda", 0)]
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] in (":4096:8", ":16:8")
+        rt.db.dispose()
+        torch.use_deterministic_algorithms(False)
+        rt = Runtime(worker="test", device=torch.device("cpu"))  # nothing changes on the CPU
+        assert not torch.are_deterministic_algorithms_enabled()
+        rt.db.dispose()
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 def test_the_data_cache_keeps_only_what_running_studies_use(make_config, home) -> None:
