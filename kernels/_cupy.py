@@ -9,6 +9,8 @@ and compiled by CuPy on their first launch on that device, once per process
 from __future__ import annotations
 
 import functools
+import threading
+import warnings
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -20,9 +22,11 @@ from hoptune.kernels._source import KernelSpec, preamble
 
 __all__ = [
     "device_names",
+    "as_cupy",
     "elementwise_kernel",
     "identity",
     "import_cupy",
+    "keep_for_launches",
     "kernel_arguments",
     "launch",
     "unavailable_reason",
@@ -95,20 +99,45 @@ def device_names() -> list[str] | None:
     return names
 
 
-@functools.cache
+#: The kernels built, by (id of the spec, dtype, device index), each with its spec (kept
+#: alive, so its id is not reused). A dict by id, not functools.cache: hashing a spec, a
+#: frozen dataclass of long strings, on every launch cost more than the lookup.
+_kernels: dict[tuple[int, str, int], tuple[KernelSpec, Any]] = {}
+
+
 def elementwise_kernel(spec: KernelSpec, dtype: str, device_index: int) -> Any:
     """The CuPy ElementwiseKernel of spec for one dtype and device, built once."""
-    cupy = import_cupy()
-    in_params, out_params = spec.cupy_params(dtype)
-    return cupy.ElementwiseKernel(
-        in_params,
-        out_params,
-        spec.operation,
-        name=spec.kernel_name(dtype),
-        preamble=preamble(spec, dtype),
-        options=NVRTC_OPTIONS,
-        no_return=True,
-    )
+    key = (id(spec), dtype, device_index)
+    built = _kernels.get(key)
+    if built is None:
+        cupy = import_cupy()
+        in_params, out_params = spec.cupy_params(dtype)
+        kernel = cupy.ElementwiseKernel(
+            in_params,
+            out_params,
+            spec.operation,
+            name=spec.kernel_name(dtype),
+            preamble=preamble(spec, dtype),
+            options=NVRTC_OPTIONS,
+            no_return=True,
+        )
+        built = _kernels.setdefault(key, (spec, kernel))
+    return built[1]
+
+
+#: Per thread: CuPy's wrapper of each torch stream launched on, by (address, device). A
+#: stream object is a context of its thread's, and making one per launch cost microseconds.
+_local = threading.local()
+
+
+def _external_stream(cupy: ModuleType, pointer: int, index: int) -> Any:
+    streams = _local.__dict__.setdefault("streams", {})
+    stream = streams.get((pointer, index))
+    if stream is None:
+        with warnings.catch_warnings():  # CuPy 14 deprecates it; 13 has no replacement
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stream = streams[(pointer, index)] = cupy.cuda.ExternalStream(pointer, index)
+    return stream
 
 
 def launch(
@@ -116,35 +145,82 @@ def launch(
 ) -> None:
     """Run spec on CUDA tensors in place, on torch's current stream.
 
-    args maps every parameter name to a tensor (shared with CuPy through DLPack,
-    no copy) or a number. size is the loop length, used when the kernel has no
-    "array" parameter.
+    args maps every parameter name to a tensor (seen by CuPy in place, no copy)
+    or a number. size is the loop length, used when the kernel has no "array"
+    parameter.
     """
     cupy = import_cupy()
     index = device.index if device.index is not None else torch.cuda.current_device()
     kernel = elementwise_kernel(spec, dtype, index)
-    stream = torch.cuda.current_stream(index).cuda_stream
-    with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream):
-        values = kernel_arguments(cupy, spec, dtype, args)
-        if spec.has_arrays:
-            kernel(*values)
-        else:
-            kernel(*values, size=size)
+    stream = _external_stream(cupy, torch.cuda.current_stream(index).cuda_stream, index)
+    current = cupy.cuda.runtime.getDevice()
+    if current != index:
+        cupy.cuda.runtime.setDevice(index)
+    try:
+        with stream:
+            values = kernel_arguments(cupy, spec, dtype, args, index)
+            if spec.has_arrays:
+                kernel(*values)
+            else:
+                kernel(*values, size=size)
+    finally:
+        if current != index:
+            cupy.cuda.runtime.setDevice(current)
 
 
 def kernel_arguments(
-    cupy: ModuleType, spec: KernelSpec, dtype: str, args: Mapping[str, Any]
+    cupy: ModuleType, spec: KernelSpec, dtype: str, args: Mapping[str, Any],
+    device_index: int | None = None,
 ) -> list[Any]:
-    """The kernel's arguments in declaration order: tensors as CuPy arrays, numbers typed.
-
-    Tensors are detached before their DLPack export (torch refuses to export a
-    tensor that requires grad, such as the input of an autograd function).
-    """
+    """The kernel's arguments in declaration order: tensors as CuPy arrays, numbers typed."""
     values: list[Any] = []
     for p in spec.params:
         value = args[p.name]
         if isinstance(value, torch.Tensor):
-            values.append(cupy.from_dlpack(value.detach()))
+            values.append(as_cupy(cupy, value, device_index))
         else:
             values.append(np.dtype(p.dtype_name(dtype)).type(value))
     return values
+
+
+#: torch's dtypes a kernel argument may have, as NumPy's
+_NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64,
+                torch.int32: np.int32}
+
+
+def as_cupy(cupy: ModuleType, tensor: torch.Tensor, device_index: int | None = None) -> Any:
+    """A one-dimensional CuPy array over a contiguous CUDA tensor's memory, in place.
+
+    Made from the tensor's address (CuPy's ``UnownedMemory``, the tensor its
+    owner): a DLPack export took about 33 microseconds a tensor on an H200's
+    host, most of a small launch. A tensor of a pointer table (``keep_for_launches``)
+    keeps its array, made once. Anything else (another dtype, strides, no
+    elements, a CPU tensor) goes through DLPack, detached first: torch refuses to
+    export a tensor that requires grad, such as the input of an autograd function.
+    """
+    kept = tensor.__dict__.get(_KEPT)
+    if kept is not None:
+        return kept
+    dtype = _NUMPY_TYPES.get(tensor.dtype)
+    if (device_index is None or dtype is None or not tensor.is_cuda or tensor.numel() == 0
+            or not tensor.is_contiguous()):
+        return cupy.from_dlpack(tensor.detach())
+    n = tensor.numel()
+    keep = tensor.__dict__.get(_KEEP, False)
+    # a kept array lives in its tensor's __dict__: owning the tensor too would be a cycle
+    memory = cupy.cuda.UnownedMemory(tensor.data_ptr(), n * tensor.element_size(),
+                                     None if keep else tensor, device_index)
+    array = cupy.ndarray((n,), dtype, cupy.cuda.MemoryPointer(memory, 0))
+    if keep:
+        tensor.__dict__[_KEPT] = array
+    return array
+
+
+_KEEP, _KEPT = "_hoptune_keep_for_launches", "_hoptune_cupy_array"
+
+
+def keep_for_launches(tensor: torch.Tensor) -> torch.Tensor:
+    """Mark a tensor that is launched on many times, unchanged (a pointer table's rows): its
+    CuPy array is made at its first launch and kept with it."""
+    tensor.__dict__[_KEEP] = True
+    return tensor

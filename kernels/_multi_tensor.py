@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from hoptune.kernels._cupy import keep_for_launches
+
 __all__ = ["MAX_CHUNKS", "MIN_CHUNK_SHIFT", "PointerTable", "chunk_shift", "device_table",
            "placed_table", "pointer_table", "to_device"]
 
@@ -101,15 +103,17 @@ def placed_table(roles: tuple[str, ...], pointers: tuple[int, ...], sizes: tuple
     n = len(sizes)
     rows = {name: table[r * n:(r + 1) * n] for r, name in enumerate(roles)}
     at = len(roles) * n
-    return PointerTable(rows=rows, starts=table[at:at + n], sizes=table[at + n:at + 2 * n],
-                        chunks=table[at + 2 * n:], chunk_shift=shift, n_tensors=n,
-                        size=len(chunks) << shift)
+    starts_, sizes_, chunks_ = table[at:at + n], table[at + n:at + 2 * n], table[at + 2 * n:]
+    for view in (*rows.values(), starts_, sizes_, chunks_):
+        keep_for_launches(view)  # launched on, unchanged, at every step it serves
+    return PointerTable(rows=rows, starts=starts_, sizes=sizes_, chunks=chunks_,
+                        chunk_shift=shift, n_tensors=n, size=len(chunks) << shift)
 
 
 @functools.lru_cache(maxsize=64)
 def device_table(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """``to_device``, cached: a table of addresses and sizes is the same while they are."""
-    return to_device(values, device)
+    return keep_for_launches(to_device(values, device))
 
 
 def to_device(values: tuple[int, ...], device: torch.device) -> torch.Tensor:

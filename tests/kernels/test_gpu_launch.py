@@ -86,6 +86,37 @@ def test_fused_optimizers_update_cuda_parameters_like_torch(fused: str,
         torch.testing.assert_close(mine, torch_s)
 
 
+@pytest.mark.parametrize("fused", ["adamw", "sgd"])
+def test_a_planned_step_on_cuda_is_bitwise_the_unplanned_one(fused: str) -> None:
+    """Many tensors, some of several chunks and one empty: the plan's cached chunk table and
+    launch shape give, launch after launch, exactly what a step built anew gives."""
+    shapes = [(300, 301), (0,), (5,), (70_001,), (3, 3)] + [(13 * i + 1,) for i in range(60)]
+    start = [_cuda(*s, dtype=torch.float32, seed=i) for i, s in enumerate(shapes)]
+
+    def make(params):  # noqa: ANN001, ANN202
+        if fused == "adamw":
+            return kernels.FusedAdamW(params, lr=1e-2, weight_decay=1e-2)
+        return kernels.FusedSGD(params, lr=1e-2, momentum=0.9, weight_decay=1e-3)
+
+    runs = []
+    for planned in (True, False):
+        params = [torch.nn.Parameter(t.clone()) for t in start]
+        optimizer = make(params)
+        optimizer.planned = planned
+        for step in range(4):
+            for i, p in enumerate(params):
+                p.grad = _cuda(*shapes[i], dtype=torch.float32, seed=1000 * step + i)
+            optimizer.step()
+        torch.cuda.synchronize()
+        plans = optimizer.__dict__.get("_plans", {}).values()
+        assert any(plan is not None for plan in plans) is planned
+        runs.append([p.detach() for p in params])
+    for before, a, b in zip(start, *runs, strict=True):
+        assert torch.equal(a, b)
+        if before.numel():
+            assert not torch.equal(a, before), "the kernel left the parameters as they were"
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_clip_grad_norm_scales_cuda_gradients(dtype: torch.dtype) -> None:
     params = [torch.nn.Parameter(_cuda(100, dtype=dtype, seed=i)) for i in range(3)]
