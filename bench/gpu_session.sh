@@ -18,8 +18,11 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
 { nvidia-smi -L && nvidia-smi; } > "$out/nvidia-smi.txt" 2>&1
-"$python" bench/gpu.py "$@" > "$out/gpu.json" 2> "$out/gpu.log"
+# each line of the log stamped with the time, so the stages' lengths show
+PYTHONUNBUFFERED=1 "$python" bench/gpu.py "$@" 2> >(while IFS= read -r line; do
+  printf '%s %s\n' "$(date +%T)" "$line"; done > "$out/gpu.log") > "$out/gpu.json"
 status=$?
+sleep 1  # the stamping loop's last lines
 cp BENCHMARKS.md "$out/BENCHMARKS.md"
 tail -n 1 "$out/gpu.json"
 echo "bench/gpu.py exit $status; nvidia-smi.txt, gpu.json, gpu.log and BENCHMARKS.md in $out"

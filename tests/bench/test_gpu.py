@@ -127,3 +127,28 @@ def test_the_busy_share_is_the_union_of_the_devices_intervals_over_the_pass() ->
     assert gpu.busy_share([(-5, 2), (9, 20)], 0.0, 10.0) == 0.3  # clipped to the pass
     assert gpu.busy_share([(3, 4), (0, 10)], 0.0, 10.0) == 1.0
     assert gpu.busy_share([(1, 2)], 5.0, 5.0) == 0.0
+
+
+def test_the_device_work_leaves_out_ranges_named_on_the_host() -> None:
+    """A ``record_function`` range (the pass's own, an optimizer's step) is also recorded on
+    the device, spanning its kernels and the gaps between them: counted as work, every pass
+    looked 99% busy."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench import gpu
+    finally:
+        sys.path.remove(str(ROOT))
+
+    def event(start: float, end: float, device: DeviceType, annotation: bool = False):  # noqa: ANN202
+        return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end),
+                               device_type=device, is_user_annotation=annotation)
+
+    events = [event(0, 100, DeviceType.CPU), event(0, 100, DeviceType.CUDA, annotation=True),
+              event(10, 12, DeviceType.CUDA), event(50, 51, DeviceType.CUDA)]
+    work = gpu.device_work(events)
+    assert work == [(10, 12), (50, 51)]
+    assert gpu.busy_share(work, 0, 100) == 0.03
