@@ -174,13 +174,26 @@ def kernel_arguments(
 ) -> list[Any]:
     """The kernel's arguments in declaration order: tensors as CuPy arrays, numbers typed."""
     values: list[Any] = []
-    for p in spec.params:
-        value = args[p.name]
+    for name, number in _argument_types(spec, dtype):
+        value = args[name]
         if isinstance(value, torch.Tensor):
             values.append(as_cupy(cupy, value, device_index))
         else:
-            values.append(np.dtype(p.dtype_name(dtype)).type(value))
+            values.append(number(value))
     return values
+
+
+_types: dict[tuple[int, str], tuple[KernelSpec, list[tuple[str, Any]]]] = {}
+
+
+def _argument_types(spec: KernelSpec, dtype: str) -> list[tuple[str, Any]]:
+    """Each parameter's name and the NumPy scalar type a number passed for it becomes, made
+    once per kernel and dtype (by the spec's id, as ``elementwise_kernel``)."""
+    made = _types.get((id(spec), dtype))
+    if made is None:
+        made = _types.setdefault((id(spec), dtype), (spec, [
+            (p.name, np.dtype(p.dtype_name(dtype)).type) for p in spec.params]))
+    return made[1]
 
 
 #: torch's dtypes a kernel argument may have, as NumPy's
