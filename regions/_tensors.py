@@ -19,7 +19,8 @@ import torch
 
 from hoptune.core import Store, StoreError
 
-__all__ = ["iter_batches", "load_shard", "load_validation"]
+__all__ = ["batch_indices", "gather", "gather_stacked", "iter_batches", "iter_stacked_batches",
+           "load_shard", "load_validation", "stacked_batch_indices"]
 
 
 def load_shard(store: Store, manifest: dict[str, Any], k: int) -> dict[str, torch.Tensor]:
@@ -58,11 +59,23 @@ def iter_batches(
     (the same on every device) and copied to the data's device once, so each
     batch is gathered where the data lives, with no copy from the host per batch.
     """
+    for chosen in batch_indices(data, batch_size, generator):
+        yield gather(data, chosen)
+
+
+def batch_indices(
+    data: dict[str, torch.Tensor], batch_size: int, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """The row indices of ``iter_batches``'s batches, on the data's device, in order."""
     rows, device = _rows(data, batch_size)
     order = torch.randperm(rows, generator=generator).to(device)
     for start in range(0, rows, batch_size):
-        chosen = order[start : start + batch_size]
-        yield {name: tensor[chosen] for name, tensor in data.items()}
+        yield order[start : start + batch_size]
+
+
+def gather(data: dict[str, torch.Tensor], chosen: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The rows ``chosen`` (``batch_indices``) of every tensor of ``data``: one batch."""
+    return {name: tensor[chosen] for name, tensor in data.items()}
 
 
 def iter_stacked_batches(
@@ -74,13 +87,27 @@ def iter_stacked_batches(
     Each trial's order is drawn as there; every step gathers all the trials' rows
     of a tensor with one index operation instead of one per trial.
     """
+    trials = len(generators)
+    for chosen in stacked_batch_indices(data, batch_size, generators):
+        yield gather_stacked(data, chosen, trials)
+
+
+def stacked_batch_indices(
+    data: dict[str, torch.Tensor], batch_size: int, generators: list[torch.Generator]
+) -> Iterator[torch.Tensor]:
+    """The row indices of ``iter_stacked_batches``'s batches: each one contiguous index,
+    the trials' batches one after another."""
     rows, device = _rows(data, batch_size)
     orders = torch.stack([torch.randperm(rows, generator=g) for g in generators]).to(device)
-    trials = len(generators)
     for start in range(0, rows, batch_size):
-        chosen = orders[:, start : start + batch_size].reshape(-1)  # one contiguous index
-        yield {name: tensor.index_select(0, chosen).view(trials, -1, *tensor.shape[1:])
-               for name, tensor in data.items()}
+        yield orders[:, start : start + batch_size].reshape(-1)
+
+
+def gather_stacked(data: dict[str, torch.Tensor], chosen: torch.Tensor, trials: int
+                   ) -> dict[str, torch.Tensor]:
+    """The rows ``chosen`` (``stacked_batch_indices``) of every tensor, one row per trial."""
+    return {name: tensor.index_select(0, chosen).view(trials, -1, *tensor.shape[1:])
+            for name, tensor in data.items()}
 
 
 def _load(store: Store, manifest: dict[str, Any], key: str) -> dict[str, torch.Tensor]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hoptune.core import Settings, StoreError, parse_duration
+from hoptune.tasks.hop import graphs_mode
 from hoptune.tasks.worker import chain_seconds, local_devices, visible_gpus
 
 __all__ = ["AUTO_WORKERS", "assign_shards", "default_workers", "LocalCluster", "local_cluster",
@@ -80,6 +81,7 @@ class LocalCluster:
         self.loglevel = loglevel
         self.stop_timeout = stop_seconds()  # read before anything starts: a bad one stops here
         chain_seconds()  # the workers' (they inherit the environment): likewise
+        graphs_mode(self.env)  # likewise
         self.processes: list[subprocess.Popen[bytes]] = []
         host = socket.gethostname()
         self.names = [f"w{i}@{host}" for i in range(workers)]

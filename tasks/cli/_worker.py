@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the worker until it is stopped; its exit status."""
+    from hoptune.tasks.hop import graphs_mode
     from hoptune.tasks.worker import CONTROL_QUEUE, chain_seconds, hop_queue, parse_shard_spec
 
     owned = parse_shard_spec(args.shards)
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         queues.append(CONTROL_QUEUE)
     require_schema(Settings.from_env())
     chain_seconds()  # a bad HOPTUNE_CHAIN_SECONDS stops the worker here, not every hop later
+    graphs_mode()  # and a bad HOPTUNE_CUDA_GRAPHS, not every pass later
     from hoptune.tasks import app
 
     # Celery's Worker itself rather than its command line, whose exit status (non-zero

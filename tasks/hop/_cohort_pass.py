@@ -34,10 +34,12 @@ from hoptune.regions import (
     RegionConfig,
     Unfusable,
     fuse,
+    gather_stacked,
     get_family,
-    iter_stacked_batches,
     log_unfused,
+    stacked_batch_indices,
 )
+from hoptune.tasks.hop._steps import capture_choice, run_steps
 from hoptune.tasks.hop._training import TrainedPass, batch_generator, start_pass, train_pass
 
 __all__ = ["Member", "batch_generator", "train_cohort_pass"]
@@ -165,22 +167,22 @@ def train_cohort_pass(region: RegionConfig, members: Sequence[Member],
     _load_states(fused, optimizer, members)
     started = time.perf_counter()
     # row i of every batch is member i's own batch, gathered for all members at once
-    batches = iter_stacked_batches(data, settings[0].batch_size,
-                                   [batch_generator(m.seed, e, shard)
-                                    for m, e in zip(members, epochs, strict=True)])
-    device = next(iter(data.values())).device
-    totals = torch.zeros(len(members), dtype=torch.float64, device=device)
-    samples = 0
-    params = fused.parameters()
-    for batch in batches:
-        for p in params:
-            p.grad = None
-        losses = fused.losses(batch)
+    k = len(members)
+    indices = stacked_batch_indices(data, settings[0].batch_size,
+                                    [batch_generator(m.seed, e, shard)
+                                     for m, e in zip(members, epochs, strict=True)])
+    first = next(iter(data.values()))
+    totals = torch.zeros(k, dtype=torch.float64, device=first.device)
+
+    def step(chosen: torch.Tensor) -> torch.Tensor:
+        losses = fused.losses(gather_stacked(data, chosen, k))
         losses.sum().backward()  # d(sum)/d(loss_i) = 1: each trial gets its own gradient
-        optimizer.step()
-        n = next(iter(batch.values())).shape[1]
-        totals += losses.detach().double() * n
-        samples += n
+        return losses.detach()
+
+    samples = run_steps(indices, step, fused.parameters(), optimizer, totals,
+                        lambda chosen: len(chosen) // k,
+                        choice=capture_choice(first.device, len(first),
+                                              settings[0].batch_size))
     fused.write_back([m.model for m in members])
     _store_states(fused, optimizer, members)
     seconds = time.perf_counter() - started

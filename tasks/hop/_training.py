@@ -22,11 +22,13 @@ from hoptune.regions import (
     OPTIMIZER_PARAMS,
     RegionConfig,
     TrialSettings,
+    batch_indices,
+    gather,
     get_family,
-    iter_batches,
     trial_settings,
 )
 from hoptune.tasks.hop._seeds import stream_seed
+from hoptune.tasks.hop._steps import capture_choice, run_steps
 
 __all__ = ["TrainedPass", "bare_trial_model", "batch_generator", "build_trial_model",
            "make_trial_optimizer", "start_pass", "stream_seed", "train_pass"]
@@ -147,17 +149,22 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
     model.train()
     started = time.perf_counter()
     # the loss is summed on the device: reading it each step would stall a GPU every batch
-    device = next(iter(data.values())).device
-    total, samples = torch.zeros((), dtype=torch.float64, device=device), 0
-    for batch in iter_batches(data, settings.batch_size, generator):
-        optimizer.zero_grad(set_to_none=True)
-        loss = family.loss(model, batch)
+    first = next(iter(data.values()))
+    device = first.device
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    weights = [p for group in optimizer.param_groups for p in group["params"]]
+
+    def step(chosen: torch.Tensor) -> torch.Tensor:
+        loss = family.loss(model, gather(data, chosen))
         loss.backward()
-        if clip_norm is not None:
-            kernels.clip_grad_norm_(model.parameters(), clip_norm)
-        optimizer.step()
-        n = len(next(iter(batch.values())))
-        total += loss.detach().double() * n
-        samples += n
+        return loss.detach()
+
+    def clip() -> None:
+        kernels.clip_grad_norm_(model.parameters(), clip_norm)
+
+    samples = run_steps(batch_indices(data, settings.batch_size, generator), step, weights,
+                        optimizer, total, len,
+                        choice=capture_choice(device, len(first), settings.batch_size),
+                        after_backward=None if clip_norm is None else clip)
     return TrainedPass(samples=samples, loss=float(total) / max(samples, 1),
                        seconds=time.perf_counter() - started)

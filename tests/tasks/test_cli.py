@@ -163,12 +163,17 @@ def test_bad_arguments(project: Path, args: list[str], message: str) -> None:
 
 
 @pytest.mark.parametrize("command", [["worker", "--shards", "north:0"], ["up", "--workers", "1"]])
-def test_a_bad_chain_seconds_stops_a_worker_before_it_starts(project: Path, monkeypatch,
-                                                            command: list[str]) -> None:
-    monkeypatch.setenv("HOPTUNE_CHAIN_SECONDS", "soon")
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("HOPTUNE_CHAIN_SECONDS", "soon", "0 or more seconds, got 'soon'"),
+    ("HOPTUNE_CUDA_GRAPHS", "sometimes", "one of auto, off, got 'sometimes'"),
+])
+def test_a_bad_worker_setting_stops_a_worker_before_it_starts(
+        project: Path, monkeypatch, command: list[str], variable: str, value: str,
+        message: str) -> None:
+    monkeypatch.setenv(variable, value)
     result = hoptune(*command, cwd=project)
     assert (result.returncode, result.stderr.splitlines()[-1]) == (
-        2, "hoptune: error: HOPTUNE_CHAIN_SECONDS: 0 or more seconds, got 'soon'")
+        2, f"hoptune: error: {variable}: {message}")
 
 
 def test_argument_type_errors_exit_2(project: Path) -> None:

@@ -8,7 +8,6 @@ with the device, and spies record where every tensor lived while training.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -38,12 +37,12 @@ class Spy:
         self.devices: dict[str, set[str]] = {"batch": set(), "model": set(), "optimizer": set(),
                                              "shard": set()}
         self.passes = 0
-        real_batches, real_pass = _training.iter_batches, _hop.train_pass
+        real_gather, real_pass = _training.gather, _hop.train_pass
 
-        def batches(data: dict[str, torch.Tensor], *args, **kwargs) -> Iterator[dict]:
-            for batch in real_batches(data, *args, **kwargs):
-                self.devices["batch"].update(str(t.device) for t in batch.values())
-                yield batch
+        def gather(data: dict[str, torch.Tensor], chosen: torch.Tensor) -> dict:
+            batch = real_gather(data, chosen)
+            self.devices["batch"].update(str(t.device) for t in (chosen, *batch.values()))
+            return batch
 
         def train_pass(region, model, optimizer, data, **kwargs):  # noqa: ANN001, ANN202
             self.devices["shard"].update(str(t.device) for t in data.values())
@@ -55,7 +54,7 @@ class Spy:
                                                  if isinstance(t, torch.Tensor) and k != "step")
             return done
 
-        monkeypatch.setattr(_training, "iter_batches", batches)
+        monkeypatch.setattr(_training, "gather", gather)
         monkeypatch.setattr(_hop, "train_pass", train_pass)
 
 
