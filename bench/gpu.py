@@ -73,7 +73,8 @@ KEYS = ("device", "adamw_1e8_vs_torch_fused", "adamw_1e8_bandwidth_share",
         "gpu_hop_train_s", "cpu_hop_train_s", "cpu_hop_overhead_share", "fused_adamw_path",
         "adamw_slowest_vs_torch_fused", "sgd_slowest_vs_torch_fused",
         "sgd_1e8_bandwidth_share", "single_hops_vs_cpu_thread", "cohort_32_vs_cpu_thread",
-        "pytest_gpu", "doctor", "gpu_busy_single_pass", "gpu_busy_cohort_32_pass")
+        "pytest_gpu", "doctor", "gpu_busy_single_pass", "gpu_busy_cohort_32_pass",
+        "captured_over_eager_single", "captured_over_eager_cohort_32")
 #: the cohort sizes whose pass's busy share is measured (1: a single hop's pass)
 BUSY_SIZES = (1, 32)
 
@@ -224,6 +225,47 @@ def pass_busy(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES
     return out
 
 
+def graph_rates(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES, rounds: int = 3
+                ) -> dict[int, dict[str, float]]:
+    """Per cohort size K (1: a single hop's pass), trial-epochs per second of one pass of the
+    demo rating model with its forward and backward captured in a CUDA graph
+    (``HOPTUNE_CUDA_GRAPHS=auto``, the default) and eager (``off``): side by side, the two
+    taking turns first, medians over ``rounds``."""
+    from bench import fusion
+    from hoptune.tasks.hop._steps import GRAPHS_VARIABLE
+
+    spec = fusion._models()["demo rating model"]
+    region = fusion.RegionConfig.model_validate({"name": "bench", "data": "x.csv",
+                                                 "batch_size": fusion.BATCH,
+                                                 "shards": fusion.SHARDS, **spec["region"]})
+    data = {k: v.to(device) for k, v in spec["data"].items()}
+    before = os.environ.get(GRAPHS_VARIABLE)
+    out: dict[int, dict[str, float]] = {}
+    try:
+        for k in sizes:
+            members = fusion._members(region, spec, k, device)
+            seconds: dict[str, list[float]] = {"auto": [], "off": []}
+            epoch = 0
+            for r in range(rounds + 1):  # round 0 warms both up
+                for mode in ("auto", "off") if r % 2 else ("off", "auto"):
+                    os.environ[GRAPHS_VARIABLE] = mode
+                    fusion._sync(device)
+                    started = time.perf_counter()
+                    _one_pass(region, members, data, spec, epoch=epoch)
+                    fusion._sync(device)
+                    if r:
+                        seconds[mode].append(time.perf_counter() - started)
+                    epoch += 1
+            out[k] = {"captured": fusion._epochs_per_second(k, statistics.median(seconds["auto"])),
+                      "eager": fusion._epochs_per_second(k, statistics.median(seconds["off"]))}
+    finally:
+        if before is None:
+            os.environ.pop(GRAPHS_VARIABLE, None)
+        else:
+            os.environ[GRAPHS_VARIABLE] = before
+    return out
+
+
 def device_work(events) -> list[tuple[float, float]]:  # noqa: ANN001 - profiler events
     """The intervals of the kernels, copies and sets that ran on the device, from the
     profiler's events. A range named on the host (``record_function``, an optimizer's
@@ -365,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cohorts: {json.dumps(cohorts)}", file=sys.stderr, flush=True)
         busy = pass_busy(device)
         print(f"busy share of a pass: {json.dumps(busy)}", file=sys.stderr, flush=True)
+        graphs = graph_rates(device)
+        print(f"captured against eager: {json.dumps(graphs)}", file=sys.stderr, flush=True)
         hops = {}
         for kind in (str(device), "cpu"):
             hops[kind] = hop_parts(home, [kind, kind], args.rows_per_shard, args.epochs)
@@ -373,9 +417,9 @@ def main(argv: list[str] | None = None) -> int:
         broker.stop()
         shutil.rmtree(home, ignore_errors=True)
     figures = summary(device, path, copy_gbps, adamw, hops, sweep=sweep, cohorts=cohorts,
-                      checks=checks, busy=busy)
+                      checks=checks, busy=busy, graphs=graphs)
     write_section("gpu", report(device, path, copy_gbps, adamw, hops, args, sweep=sweep,
-                                cohorts=cohorts, checks=checks, busy=busy))
+                                cohorts=cohorts, checks=checks, busy=busy, graphs=graphs))
     print(json.dumps(figures))
     return 0
 
@@ -385,7 +429,8 @@ def summary(device: torch.device, path: str, copy_gbps: float,
             sweep: list[dict[str, object]] | None = None,
             cohorts: dict[str, object] | None = None,
             checks: dict[str, object] | None = None,
-            busy: dict[int, float | str] | None = None) -> dict[str, object]:
+            busy: dict[int, float | str] | None = None,
+            graphs: dict[int, dict[str, float]] | None = None) -> dict[str, object]:
     largest = max(adamw)
     ours, fused = adamw[largest]["FusedAdamW"], adamw[largest]["torch AdamW fused"]
     gbps = BYTES_PER_PARAMETER * largest / ours / 1e9
@@ -419,6 +464,9 @@ def summary(device: torch.device, path: str, copy_gbps: float,
         out.update(pytest_gpu=checks["pytest_gpu"], doctor=checks["doctor"])
     if busy:
         out.update(gpu_busy_single_pass=busy.get(1), gpu_busy_cohort_32_pass=busy.get(32))
+    if graphs:
+        out.update({f"captured_over_eager_{'single' if k == 1 else f'cohort_{k}'}":
+                    round(r["captured"] / r["eager"], 2) for k, r in graphs.items()})
     return out
 
 
@@ -449,7 +497,8 @@ def report(device: torch.device, path: str, copy_gbps: float,
            args: argparse.Namespace, *, sweep: list[dict[str, object]] | None = None,
            cohorts: dict[str, object] | None = None,
            checks: dict[str, object] | None = None,
-           busy: dict[int, float | str] | None = None) -> str:
+           busy: dict[int, float | str] | None = None,
+           graphs: dict[int, dict[str, float]] | None = None) -> str:
     import cupy
 
     name = torch.cuda.get_device_name(device)
@@ -470,6 +519,14 @@ def report(device: torch.device, path: str, copy_gbps: float,
                       f"{'a single hop' if k == 1 else f'a cohort of {k}'} "
                       f"{v:.1%}" if isinstance(v, float) else f"{k}: not measured ({v})"
                       for k, v in busy.items()) + "."]
+    if graphs:
+        lines += ["", "One pass of the demo rating model with its gather, forward and backward "
+                  "captured in a CUDA graph and replayed (`HOPTUNE_CUDA_GRAPHS=auto`, the "
+                  "default) against eager steps (`off`), side by side, medians of 3 turns "
+                  "each, in trial-epochs per second: " + "; ".join(
+                      f"{'a single hop' if k == 1 else f'a cohort of {k}'} {r['captured']:.2f} "
+                      f"against {r['eager']:.2f} ({r['captured'] / r['eager']:.1f}x)"
+                      for k, r in graphs.items()) + "."]
     lines += [
         "", f"One trial of the ~1M-parameter rating model of `bench/hop_overhead.py` hopping "
         f"between 2 real workers (embedded Redis, SQLite, store folder), "
