@@ -15,15 +15,20 @@ exits 0 and prints the JSON line with every figure null.
    pass over one shard): single hops one after another and cohorts of 8, 32
    and 64 fused trials on the GPU, against single hops on one CPU thread.
 3. One trial of a ~1M-parameter rating model hopping between 2 real workers,
-   on the GPU and then on the CPU, the same data: the medians of each part of
-   a hop as ``bench/hop_overhead.py`` splits them (dispatch, load, train,
-   save, recording).
+   on the GPU (its passes captured in CUDA graphs, the default, then eager)
+   and then on the CPU, the same data: the medians of each part of a hop as
+   ``bench/hop_overhead.py`` splits them (dispatch, load, train, save,
+   recording).
 4. The GPU's busy share during a pass of the demo rating model, a single hop's
    and a cohort of 32's: the share of the pass's wall time (from its start to
    the device's last work of it) that kernels or copies ran on the device,
    their intervals taken from torch's profiler (CUPTI's timestamps of every
-   kernel, on the same clock as the pass's range).
-5. ``python -m pytest -q -m gpu tests``'s summary line and ``hoptune doctor``'s
+   kernel, on the same clock as the pass's range); the host's own ranges
+   (``record_function``), which the profiler also records on the device, are
+   left out.
+5. The same passes with their gather, forward and backward captured in a CUDA
+   graph (``HOPTUNE_CUDA_GRAPHS=auto``) and eager (``off``), taking turns.
+6. ``python -m pytest -q -m gpu tests``'s summary line and ``hoptune doctor``'s
    verdicts, run by this bench on the same machine, so the section records
    which checks passed beside the figures.
 
@@ -35,12 +40,14 @@ above 1, ours is faster), adamw_1e8_bandwidth_share, the least such ratio over
 the sweep from 1e5 parameters (``adamw_slowest_vs_torch_fused``, and SGD's),
 gpu_hop_overhead_share, the single hops' and the cohort of 32's trial-epochs per
 second over one CPU thread's, the GPU's busy share during a single hop's pass and a
-cohort of 32's, the pytest summary, doctor's verdicts, and the figures behind them.
+cohort of 32's, captured over eager passes, the eager GPU hop's training and overhead
+share, the pytest summary, doctor's verdicts, and the figures behind them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -48,6 +55,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from hoptune.tuner import HopRecords
@@ -74,7 +82,8 @@ KEYS = ("device", "adamw_1e8_vs_torch_fused", "adamw_1e8_bandwidth_share",
         "adamw_slowest_vs_torch_fused", "sgd_slowest_vs_torch_fused",
         "sgd_1e8_bandwidth_share", "single_hops_vs_cpu_thread", "cohort_32_vs_cpu_thread",
         "pytest_gpu", "doctor", "gpu_busy_single_pass", "gpu_busy_cohort_32_pass",
-        "captured_over_eager_single", "captured_over_eager_cohort_32")
+        "captured_over_eager_single", "captured_over_eager_cohort_32",
+        "gpu_eager_hop_train_s", "gpu_eager_hop_overhead_share")
 #: the cohort sizes whose pass's busy share is measured (1: a single hop's pass)
 BUSY_SIZES = (1, 32)
 
@@ -225,6 +234,23 @@ def pass_busy(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES
     return out
 
 
+@contextlib.contextmanager
+def graphs_mode(mode: str) -> Iterator[None]:
+    """``HOPTUNE_CUDA_GRAPHS`` set to ``mode`` in this process (and the workers it starts),
+    put back after."""
+    from hoptune.tasks.hop._steps import GRAPHS_VARIABLE
+
+    before = os.environ.get(GRAPHS_VARIABLE)
+    os.environ[GRAPHS_VARIABLE] = mode
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(GRAPHS_VARIABLE, None)
+        else:
+            os.environ[GRAPHS_VARIABLE] = before
+
+
 def graph_rates(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES, rounds: int = 3
                 ) -> dict[int, dict[str, float]]:
     """Per cohort size K (1: a single hop's pass), trial-epochs per second of one pass of the
@@ -232,37 +258,29 @@ def graph_rates(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES, round
     (``HOPTUNE_CUDA_GRAPHS=auto``, the default) and eager (``off``): side by side, the two
     taking turns first, medians over ``rounds``."""
     from bench import fusion
-    from hoptune.tasks.hop._steps import GRAPHS_VARIABLE
 
     spec = fusion._models()["demo rating model"]
     region = fusion.RegionConfig.model_validate({"name": "bench", "data": "x.csv",
                                                  "batch_size": fusion.BATCH,
                                                  "shards": fusion.SHARDS, **spec["region"]})
     data = {k: v.to(device) for k, v in spec["data"].items()}
-    before = os.environ.get(GRAPHS_VARIABLE)
     out: dict[int, dict[str, float]] = {}
-    try:
-        for k in sizes:
-            members = fusion._members(region, spec, k, device)
-            seconds: dict[str, list[float]] = {"auto": [], "off": []}
-            epoch = 0
-            for r in range(rounds + 1):  # round 0 warms both up
-                for mode in ("auto", "off") if r % 2 else ("off", "auto"):
-                    os.environ[GRAPHS_VARIABLE] = mode
+    for k in sizes:
+        members = fusion._members(region, spec, k, device)
+        seconds: dict[str, list[float]] = {"auto": [], "off": []}
+        epoch = 0
+        for r in range(rounds + 1):  # round 0 warms both up
+            for mode in ("auto", "off") if r % 2 else ("off", "auto"):
+                with graphs_mode(mode):
                     fusion._sync(device)
                     started = time.perf_counter()
                     _one_pass(region, members, data, spec, epoch=epoch)
                     fusion._sync(device)
-                    if r:
-                        seconds[mode].append(time.perf_counter() - started)
-                    epoch += 1
-            out[k] = {"captured": fusion._epochs_per_second(k, statistics.median(seconds["auto"])),
-                      "eager": fusion._epochs_per_second(k, statistics.median(seconds["off"]))}
-    finally:
-        if before is None:
-            os.environ.pop(GRAPHS_VARIABLE, None)
-        else:
-            os.environ[GRAPHS_VARIABLE] = before
+                if r:
+                    seconds[mode].append(time.perf_counter() - started)
+                epoch += 1
+        out[k] = {"captured": fusion._epochs_per_second(k, statistics.median(seconds["auto"])),
+                  "eager": fusion._epochs_per_second(k, statistics.median(seconds["off"]))}
     return out
 
 
@@ -410,9 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         graphs = graph_rates(device)
         print(f"captured against eager: {json.dumps(graphs)}", file=sys.stderr, flush=True)
         hops = {}
-        for kind in (str(device), "cpu"):
-            hops[kind] = hop_parts(home, [kind, kind], args.rows_per_shard, args.epochs)
-            print(f"hop on {kind}: {json.dumps(hops[kind])}", file=sys.stderr, flush=True)
+        # the GPU's hop with its passes captured (the default) and eager, then the CPU's
+        for key, kind, mode in ((str(device), str(device), "auto"),
+                                (f"{device} eager", str(device), "off"), ("cpu", "cpu", "auto")):
+            with graphs_mode(mode):
+                hops[key] = hop_parts(home, [kind, kind], args.rows_per_shard, args.epochs)
+            print(f"hop on {key}: {json.dumps(hops[key])}", file=sys.stderr, flush=True)
     finally:
         broker.stop()
         shutil.rmtree(home, ignore_errors=True)
@@ -445,6 +466,10 @@ def summary(device: torch.device, path: str, copy_gbps: float,
                copy_gbps=round(copy_gbps, 1), gpu_hop_train_s=gpu["train_s"],
                cpu_hop_train_s=cpu["train_s"], cpu_hop_overhead_share=cpu["overhead_share"],
                fused_adamw_path=path)
+    eager = hops.get(f"{device} eager")
+    if eager is not None:
+        out.update(gpu_eager_hop_train_s=eager["train_s"],
+                   gpu_eager_hop_overhead_share=eager["overhead_share"])
     if sweep:
         sgd = {r["by"]: r["seconds"] for r in sweep if r["optimizer"] == "SGD"
                and r["tensors"] == 10 and r["parameters"] == largest}
@@ -530,17 +555,22 @@ def report(device: torch.device, path: str, copy_gbps: float,
     lines += [
         "", f"One trial of the ~1M-parameter rating model of `bench/hop_overhead.py` hopping "
         f"between 2 real workers (embedded Redis, SQLite, store folder), "
-        f"{args.rows_per_shard:,} rows per shard, {args.epochs} epochs, on the GPU and then on "
-        "the CPU (one torch thread per worker); medians over the hops, in seconds.", "",
-        "| part of a hop | GPU | CPU |", "| --- | ---: | ---: |",
+        f"{args.rows_per_shard:,} rows per shard, {args.epochs} epochs, on the GPU (its passes "
+        "captured, the default, then eager: `HOPTUNE_CUDA_GRAPHS=off`) and then on the CPU "
+        "(one torch thread per worker); medians over the hops, in seconds.", "",
     ]
-    gpu, cpu = hops[str(device)], hops["cpu"]
+    columns = [(k, label) for k, label in ((str(device), "GPU"),
+                                           (f"{device} eager", "GPU, eager"), ("cpu", "CPU"))
+               if k in hops]
+    lines += ["| part of a hop | " + " | ".join(label for _, label in columns) + " |",
+              "| --- |" + " ---: |" * len(columns)]
     for key, label in (("dispatch_s", "dispatch"), ("load_s", "checkpoint load"),
                        ("save_s", "checkpoint save"), ("record_s", "recording"),
                        ("overhead_s", "outside training, total"), ("train_s", "training"),
                        ("overhead_share", "overhead share")):
         fmt = "{:.1%}" if key == "overhead_share" else "{:.4f}"
-        lines.append(f"| {label} | {fmt.format(gpu[key])} | {fmt.format(cpu[key])} |")
+        lines.append(f"| {label} | " + " | ".join(fmt.format(hops[k][key]) for k, _ in columns)
+                     + " |")
     if checks:
         lines += ["", f"`python -m pytest -q -m gpu tests` in the same run: "
                   f"{checks['pytest_gpu']} (exit {checks['pytest_exit']}). `hoptune doctor` "
