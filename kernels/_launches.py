@@ -14,7 +14,12 @@ from typing import Any
 import torch
 
 from hoptune.kernels import _cupy
-from hoptune.kernels._multi_tensor import PointerTable, device_table, pointer_table
+from hoptune.kernels._multi_tensor import (
+    PointerTable,
+    device_table,
+    pointer_table,
+    vector_width,
+)
 from hoptune.kernels._source import KernelSpec
 from hoptune.kernels._specs import (
     ADAMW,
@@ -38,8 +43,10 @@ __all__ = [
     "scale",
     "scaled_sigmoid",
     "scaled_sigmoid_grad",
+    "reads_vectors",
     "sgd",
     "sgd_cohort",
+    "table_width",
 ]
 
 #: ``launch(spec, dtype name, device, args, size)``, as ``_cupy.launch``.
@@ -82,14 +89,28 @@ def _multi_tensor(
     table: PointerTable | None = None,
 ) -> None:
     """One launch of spec over slots, or over ``table`` where the caller placed them already
-    (a planned step: ``kernels._plan``)."""
+    (a planned step: ``kernels._plan``). A kernel that reads vectors gets a table laid out
+    in vectors where its tensors allow (``table_width``)."""
     if table is None:
         table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)},
-                              device)
+                              device, table_width(spec, dtype))
     if table.size == 0:
         return
     args = {**table.args(), **extra}
+    if reads_vectors(spec):
+        args["vector"] = table.vector
     run(spec, dtype, device, args, table.size, launch)
+
+
+def reads_vectors(spec: KernelSpec) -> bool:
+    """Whether spec's kernel reads its tensors in vectors (it takes ``vector``)."""
+    return any(p.name == "vector" for p in spec.params)
+
+
+def table_width(spec: KernelSpec, dtype: torch.dtype) -> int:
+    """The vector a table for spec's kernel over ``dtype`` tensors is laid out in, aligned
+    pointers given: HT_VEC for a kernel that reads vectors, else 1."""
+    return vector_width(dtype) if reads_vectors(spec) else 1
 
 
 def adamw(

@@ -17,8 +17,9 @@ import torch
 
 from hoptune.kernels._cupy import keep_for_launches
 
-__all__ = ["MAX_CHUNKS", "MIN_CHUNK_SHIFT", "PointerTable", "chunk_shift", "device_table",
-           "placed_table", "pointer_table", "to_device"]
+__all__ = ["MAX_CHUNKS", "MIN_CHUNK_SHIFT", "VECTOR_BYTES", "PointerTable", "aligned_width",
+           "chunk_shift", "device_table", "placed_table", "pointer_table", "to_device",
+           "vector_width"]
 
 #: The smallest chunk is a warp's 32 indices, so a warp never reads two table entries.
 MIN_CHUNK_SHIFT = 5
@@ -38,11 +39,32 @@ class PointerTable:
     chunk_shift: int
     n_tensors: int
     size: int
+    #: elements per index of the launch: HT_VEC (``vector_width``) where every tensor starts
+    #: 16-byte aligned and the kernel reads vectors, else 1
+    vector: int = 1
 
     def args(self) -> dict[str, torch.Tensor | int]:
-        """The table as a multi-tensor kernel's arguments, by parameter name."""
+        """The table as a multi-tensor kernel's arguments, by parameter name (a kernel that
+        reads vectors takes ``vector`` besides)."""
         return {**self.rows, "starts": self.starts, "sizes": self.sizes, "chunks": self.chunks,
                 "chunk_shift": self.chunk_shift}
+
+
+#: Bytes of one vector a kernel loads or stores at once (HT_VEC numbers: real.cuh)
+VECTOR_BYTES = 16
+
+
+def vector_width(dtype: torch.dtype) -> int:
+    """HT_VEC for ``dtype``'s kernels: the numbers in 16 bytes (complex tensors are viewed as
+    their real and imaginary parts)."""
+    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
+    return VECTOR_BYTES // torch.empty((), dtype=real).element_size()
+
+
+def aligned_width(pointers: Sequence[int], width: int) -> int:
+    """``width`` where every non-zero pointer is 16-byte aligned (a vector load needs it),
+    else 1."""
+    return width if all(p % VECTOR_BYTES == 0 for p in pointers) else 1
 
 
 def chunk_shift(sizes: Sequence[int]) -> int:
@@ -55,7 +77,7 @@ def chunk_shift(sizes: Sequence[int]) -> int:
 
 
 def pointer_table(
-    roles: Mapping[str, Sequence[torch.Tensor | None]], device: torch.device
+    roles: Mapping[str, Sequence[torch.Tensor | None]], device: torch.device, width: int = 1
 ) -> PointerTable:
     """The table for roles, each a list with one entry per tensor (None: no tensor).
 
@@ -63,7 +85,8 @@ def pointer_table(
     role's tensor in the same position. Empty tensors are left out. A step reads
     only its tensors' addresses and sizes: the layout, the chunk table and the
     table's copy on the device are built once per set of tensors and reused while
-    they stay where they are.
+    they stay where they are. ``width``: the vector the kernel reads (``vector_width``),
+    used where every tensor starts aligned for it (``aligned_width``); 1, elements.
     """
     columns = list(roles.values())
     first = columns[0]
@@ -84,21 +107,26 @@ def pointer_table(
                     f"{first[j].numel()} elements on {device}"
                 )
             values.append(t.data_ptr())
-    return placed_table(tuple(roles), tuple(values), sizes, device)
+    return placed_table(tuple(roles), tuple(values), sizes, device,
+                        aligned_width(values, width))
 
 
 @functools.lru_cache(maxsize=64)
 def placed_table(roles: tuple[str, ...], pointers: tuple[int, ...], sizes: tuple[int, ...],
-            device: torch.device) -> PointerTable:
+                 device: torch.device, width: int = 1) -> PointerTable:
     """The table of ``pointers`` (a row of ``len(sizes)`` per role, in ``roles``' order; 0 for
     no tensor) for non-empty contiguous tensors of ``sizes`` on ``device``, laid out in
     chunks: ``pointer_table`` once it checked the tensors, or a planned step
-    (``kernels._plan``) that checked them when it was planned."""
-    shift = chunk_shift(sizes)
+    (``kernels._plan``) that checked them when it was planned. With ``width`` > 1 (every
+    pointer aligned for it: ``aligned_width``) an index of the launch is a vector of
+    ``width`` elements: tensor t takes ceil(sizes[t] / width) indices from starts[t];
+    sizes stay in elements."""
+    units = [-(-n // width) for n in sizes]  # the launch's indices each tensor takes
+    shift = chunk_shift(units)
     starts, chunks = [], []
-    for t, n in enumerate(sizes):
+    for t, m in enumerate(units):
         starts.append(len(chunks) << shift)
-        chunks += [t] * -(-n >> shift)
+        chunks += [t] * -(-m >> shift)
     table = to_device((*pointers, *starts, *sizes, *chunks), device)  # cached with the table
     n = len(sizes)
     rows = {name: table[r * n:(r + 1) * n] for r, name in enumerate(roles)}
@@ -107,7 +135,8 @@ def placed_table(roles: tuple[str, ...], pointers: tuple[int, ...], sizes: tuple
     for view in (*rows.values(), starts_, sizes_, chunks_):
         keep_for_launches(view)  # launched on, unchanged, at every step it serves
     return PointerTable(rows=rows, starts=starts_, sizes=sizes_, chunks=chunks_,
-                        chunk_shift=shift, n_tensors=n, size=len(chunks) << shift)
+                        chunk_shift=shift, n_tensors=n, size=len(chunks) << shift,
+                        vector=width)
 
 
 @functools.lru_cache(maxsize=64)

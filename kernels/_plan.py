@@ -25,7 +25,8 @@ from collections.abc import Sequence
 import torch
 
 from hoptune.kernels import _dispatch
-from hoptune.kernels._multi_tensor import PointerTable, placed_table
+from hoptune.kernels._launches import table_width
+from hoptune.kernels._multi_tensor import PointerTable, aligned_width, placed_table
 from hoptune.kernels._source import KernelSpec
 
 __all__ = ["StepPlan", "plan_step"]
@@ -63,6 +64,8 @@ class StepPlan:
             0 if role[j] is None else role[j].data_ptr() for role in state for j in self.placed)
         #: the one tensor the step tensors view, where they were made views (``count_as_one``)
         self.counter: torch.Tensor | None = None
+        #: the vector the kernel reads, where the step's pointers are aligned for it
+        self.width = table_width(spec, dtype)
 
     def _pointers(self, tensors: Sequence[torch.Tensor]) -> tuple[int, ...]:
         return tuple(t.data_ptr() for t in tensors)
@@ -106,8 +109,9 @@ class StepPlan:
         """The pointer table of this step: the plan's tensors and these gradients."""
         grad_pointers = tuple(grads[j].data_ptr() for j in self.placed)
         params = tuple(self.pointers[j] for j in self.placed)
-        return placed_table(self.roles, params + grad_pointers + self.state_pointers,
-                            self.sizes, self.device)
+        pointers = params + grad_pointers + self.state_pointers
+        return placed_table(self.roles, pointers, self.sizes, self.device,
+                            aligned_width(pointers, self.width))
 
 
 def _real_numel(t: torch.Tensor) -> int:

@@ -184,6 +184,17 @@ def _inputs(device: torch.device, dtype: torch.dtype, seed: int, *, positive: bo
     return out
 
 
+def _copy(t: torch.Tensor, aligned: bool) -> torch.Tensor:
+    """A copy of t: its own allocation (16-byte aligned: the optimizers' kernels read it in
+    vectors), or a view one element into a larger one (not: they read it element by
+    element)."""
+    if aligned:
+        return t.clone()
+    buffer = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    buffer[1:] = t
+    return buffer[1:]
+
+
 _ADAMW_ROLES = ("param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 _SGD_ROLES = ("param", "grad", "momentum_buffer")
 
@@ -213,25 +224,27 @@ def _adamw(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
                 for step in (1, 10):
                     scalars = AdamWScalars.for_step(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                                                     weight_decay=weight_decay, step=step)
+                    # the first step's tensors aligned (vectors), the tenth's not (elements)
                     yield from _adamw_checks(
                         "ht_adamw", functools.partial(_inputs, device, dtype), amsgrad,
                         lambda slots, a=amsgrad, s=scalars, d=dtype: _launches.adamw(
                             slots, device, d, s, amsgrad=a, maximize=False, launch=launch),
                         lambda *slot, s=scalars: reference.adamw_step_(*slot, s),
-                        {"scalars": scalars, "maximize": False})
+                        {"scalars": scalars, "maximize": False}, aligned=step == 1)
 
 
 def _adamw_checks(kernel: str, inputs: Callable[..., list[torch.Tensor]], amsgrad: bool,
                   launch_kernel: Callable[[list[Any]], None],
-                  step_reference: Callable[..., None], options: dict[str, Any]
-                  ) -> Iterator[Check]:
-    """One AdamW launch on fresh inputs and the reference's step on copies, compared."""
+                  step_reference: Callable[..., None], options: dict[str, Any],
+                  aligned: bool = True) -> Iterator[Check]:
+    """One AdamW launch on fresh inputs and the reference's step on copies, compared; the
+    launch's tensors ``aligned`` for the kernel's vectors, or not (``_copy``)."""
     state: list[list[torch.Tensor | None]] = [
         inputs(1), inputs(2), inputs(3, scale=0.1), inputs(4, positive=True, scale=0.01),
         inputs(5, positive=True, scale=0.02)]
     if not amsgrad:
         state[4] = [None] * len(SIZES)
-    got = [[None if t is None else t.clone() for t in role] for role in state]
+    got = [[None if t is None else _copy(t, aligned) for t in role] for role in state]
     launch_kernel(list(zip(*got, strict=True)))
     want = [[None if t is None else t.clone() for t in role] for role in state]
     for slot in zip(*want, strict=True):
@@ -252,7 +265,9 @@ def _sgd(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
                         _inputs(device, dtype, 8, scale=0.1)]
                     if not momentum:
                         state[2] = [None] * len(SIZES)
-                    got = [[None if t is None else t.clone() for t in role] for role in state]
+                    # without weight decay aligned (vectors), with it not (elements)
+                    got = [[None if t is None else _copy(t, weight_decay == 0.0) for t in role]
+                           for role in state]
                     _launches.sgd(list(zip(*got, strict=True)), device, dtype, scalars,
                                   nesterov=nesterov, first_step=first_step, maximize=False,
                                   launch=launch)

@@ -44,6 +44,47 @@ def _table() -> tuple[Param, ...]:
     return (_raw("starts"), _raw("sizes"), _raw("chunks"), _scalar("chunk_shift", "int32"))
 
 
+def _each_vector(roles: dict[str, str], body: str) -> str:
+    """A multi-tensor operation over vectors of ``vector`` elements: index i is the u-th
+    vector of tensor t. ``vector`` is 1, or HT_VEC where every tensor of the launch starts
+    16-byte aligned (kernels._multi_tensor). A whole vector is loaded role by role, each
+    load one 128-bit access, ``body`` runs once per element (lane j) with ``p_<role>``
+    pointing at its copy of the element (0 for a role whose tensor's pointer is 0), and
+    what the body may write is stored back the same way. The elements of a tensor's last,
+    partial vector, and those of a launch of ``vector`` 1, run ``body`` one by one with
+    ``p_<role>`` pointing into the tensor. ``roles`` maps each role to "in" (read only) or
+    "inout" (read and written). The arithmetic is the body's either way, element by
+    element: the two paths are bitwise the same."""
+    loads, stores, lanes, direct = [], [], [], []
+    for role, how in roles.items():
+        at = f"((HT_REAL *){role}[t] + k0)"
+        loads.append(f"HT_FN(ht_vec) v_{role};\n"
+                     f"if ({role}[t] != 0) v_{role} = *(const HT_FN(ht_vec) *){at};")
+        if how == "inout":
+            stores.append(f"if ({role}[t] != 0) *(HT_FN(ht_vec) *){at} = v_{role};")
+        lanes.append(f"HT_REAL *p_{role} = {role}[t] != 0 ? &v_{role}.v[j] : (HT_REAL *)0;")
+        direct.append(f"HT_REAL *p_{role} = {role}[t] != 0 ? (HT_REAL *){role}[t] + k "
+                      f": (HT_REAL *)0;")
+    nl = "\n"
+    return f"""long long u;
+const long long t = ht_chunk_tensor(&chunks[0], chunk_shift, &starts[0], i, &u);
+const long long n = sizes[t];
+const long long k0 = u * vector;
+if (vector == HT_VEC && k0 + HT_VEC <= n) {{
+{nl.join(loads)}
+for (int j = 0; j < HT_VEC; ++j) {{
+{nl.join(lanes)}
+{body.strip()};
+}}
+{nl.join(stores)}
+}} else {{
+for (long long k = k0; k < k0 + vector && k < n; ++k) {{
+{nl.join(direct)}
+{body.strip()};
+}}
+}}"""
+
+
 ADAMW = KernelSpec(
     name="ht_adamw",
     headers=("multi_tensor.cuh", "adamw.cuh"),
@@ -54,6 +95,7 @@ ADAMW = KernelSpec(
         _raw("exp_avg_sqs"),
         _raw("max_exp_avg_sqs"),
         *_table(),
+        _scalar("vector", "int32"),
         _scalar("decay"),
         _scalar("one_minus_beta1"),
         _scalar("beta2"),
@@ -65,10 +107,12 @@ ADAMW = KernelSpec(
         _scalar("maximize", "int32"),
     ),
     outputs=(),
-    operation=_each_element("""
-HT_FN(ht_adamw_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
-    (HT_REAL *)exp_avgs[t] + k, (HT_REAL *)exp_avg_sqs[t] + k,
-    amsgrad ? (HT_REAL *)max_exp_avg_sqs[t] + k : (HT_REAL *)0,
+    # max_exp_avg_sqs' pointers are 0 without amsgrad (the table's rows say so)
+    operation=_each_vector(
+        {"params": "inout", "grads": "in", "exp_avgs": "inout", "exp_avg_sqs": "inout",
+         "max_exp_avg_sqs": "inout"}, """
+HT_FN(ht_adamw_step)(p_params, *p_grads, p_exp_avgs, p_exp_avg_sqs,
+    amsgrad ? p_max_exp_avg_sqs : (HT_REAL *)0,
     decay, one_minus_beta1, beta2, one_minus_beta2, neg_step_size,
     bias_correction2_sqrt, eps, amsgrad, maximize)
 """),
@@ -82,6 +126,7 @@ SGD = KernelSpec(
         _raw("grads"),
         _raw("momentum_buffers"),
         *_table(),
+        _scalar("vector", "int32"),
         _scalar("neg_lr"),
         _scalar("weight_decay"),
         _scalar("momentum"),
@@ -91,9 +136,10 @@ SGD = KernelSpec(
         _scalar("maximize", "int32"),
     ),
     outputs=(),
-    operation=_each_element("""
-HT_FN(ht_sgd_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
-    momentum != 0 ? (HT_REAL *)momentum_buffers[t] + k : (HT_REAL *)0,
+    # momentum_buffers' pointers are 0 without momentum
+    operation=_each_vector(
+        {"params": "inout", "grads": "in", "momentum_buffers": "inout"}, """
+HT_FN(ht_sgd_step)(p_params, *p_grads, momentum != 0 ? p_momentum_buffers : (HT_REAL *)0,
     neg_lr, weight_decay, momentum, one_minus_dampening, nesterov, first_step, maximize)
 """),
 )

@@ -8,7 +8,10 @@
    spans two tensors), so an element finds its tensor with one load from a
    small table instead of a search, and the threads of a warp, whose indices
    share a chunk, read the same entry. kernels._multi_tensor builds the table
-   once per set of tensors and picks chunk_shift there. */
+   once per set of tensors and picks chunk_shift there. A launch of the
+   optimizers whose tensors all start 16-byte aligned counts its indices in
+   vectors of HT_VEC elements (real.cuh) instead: starts and the chunks are in
+   vectors, sizes stay in elements (kernels._specs._each_vector). */
 
 #ifndef HT_MULTI_TENSOR_CUH
 #define HT_MULTI_TENSOR_CUH

@@ -28,3 +28,17 @@
 #define HT_EXP expf
 #define HT_FABS fabsf
 #endif
+
+/* HT_VEC numbers of HT_REAL fill 16 bytes, which one 128-bit load or store moves:
+   the multi-tensor optimizers read and write their tensors in such vectors where
+   every tensor of a launch starts 16-byte aligned (kernels._multi_tensor). */
+#undef HT_VEC
+#if HT_DOUBLE
+#define HT_VEC 2
+#else
+#define HT_VEC 4
+#endif
+
+struct __attribute__((aligned(16))) HT_FN(ht_vec) {
+    HT_REAL v[HT_VEC];
+};

@@ -109,6 +109,10 @@ def test_the_self_test_covers_every_option_a_hop_uses(host_kernels) -> None:
            if a["kernel"] == "ht_sgd"}
     assert sgd >= {(False, 0, 0), (True, 0, 1), (True, 0, 0), (True, 1, 1), (True, 1, 0)}
     assert {a["kernel"] for a in launches} == {s.name for s in _specs.ALL}
+    # the optimizers' kernels checked reading vectors (aligned tensors) and elements (not)
+    for kernel in ("ht_adamw", "ht_sgd"):
+        assert {(a["dtype"], a["vector"]) for a in launches if a["kernel"] == kernel} == {
+            ("float32", 4), ("float32", 1), ("float64", 2), ("float64", 1)}
     assert all(a["tensors"] == len(_selftest.SIZES) for a in launches if a["tensors"])
 
 
