@@ -238,7 +238,7 @@ def pass_busy(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES
 def graphs_mode(mode: str) -> Iterator[None]:
     """``HOPTUNE_CUDA_GRAPHS`` set to ``mode`` in this process (and the workers it starts),
     put back after."""
-    from hoptune.tasks.hop._steps import GRAPHS_VARIABLE
+    from hoptune.tasks.hop import GRAPHS_VARIABLE
 
     before = os.environ.get(GRAPHS_VARIABLE)
     os.environ[GRAPHS_VARIABLE] = mode

@@ -19,6 +19,7 @@ _NAMES = {
     "run_cohort_hop": "hoptune.tasks.hop._cohort_hop",
     "Member": "hoptune.tasks.hop._cohort_pass",
     "train_cohort_pass": "hoptune.tasks.hop._cohort_pass",
+    "GRAPHS_VARIABLE": "hoptune.tasks.hop._steps",
     "graphs_mode": "hoptune.tasks.hop._steps",
     "EpochEnd": "hoptune.tasks.hop._delivery",
     "HopReport": "hoptune.tasks.hop._delivery",
