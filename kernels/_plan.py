@@ -64,8 +64,11 @@ class StepPlan:
             0 if role[j] is None else role[j].data_ptr() for role in state for j in self.placed)
         #: the one tensor the step tensors view, where they were made views (``count_as_one``)
         self.counter: torch.Tensor | None = None
-        #: the vector the kernel reads, where the step's pointers are aligned for it
-        self.width = table_width(spec, dtype)
+        self.placed_pointers = tuple(self.pointers[j] for j in self.placed)
+        #: the vector the kernel reads where the step's pointers are aligned for it: the
+        #: parameters' and their state's are the plan's, so only the gradients' vary
+        self.width = aligned_width(self.placed_pointers + self.state_pointers,
+                                   table_width(spec, dtype))
 
     def _pointers(self, tensors: Sequence[torch.Tensor]) -> tuple[int, ...]:
         return tuple(t.data_ptr() for t in tensors)
@@ -108,10 +111,8 @@ class StepPlan:
     def table(self, grads: Sequence[torch.Tensor]) -> PointerTable:
         """The pointer table of this step: the plan's tensors and these gradients."""
         grad_pointers = tuple(grads[j].data_ptr() for j in self.placed)
-        params = tuple(self.pointers[j] for j in self.placed)
-        pointers = params + grad_pointers + self.state_pointers
-        return placed_table(self.roles, pointers, self.sizes, self.device,
-                            aligned_width(pointers, self.width))
+        return placed_table(self.roles, self.placed_pointers + grad_pointers + self.state_pointers,
+                            self.sizes, self.device, aligned_width(grad_pointers, self.width))
 
 
 def _real_numel(t: torch.Tensor) -> int:

@@ -95,3 +95,34 @@ def test_a_vector_is_read_only_where_every_pointer_is_aligned_for_it() -> None:
     assert vector_width(torch.complex64) == 4  # viewed as its float32 parts
     assert aligned_width((0, 16, 4096), 4) == 4  # 0: a role without a tensor
     assert aligned_width((16, 20), 4) == 1
+
+
+@pytest.mark.parametrize("planned", [True, False], ids=["planned", "unplanned"])
+def test_unaligned_gradients_alone_make_a_planned_step_read_elements(
+        kernel_path_on_cpu, monkeypatch, planned: bool) -> None:
+    """The plan keeps its parameters' and state's alignment; a step's gradients, new each
+    step, are checked at each step."""
+    vectors: list[int] = []
+    real = kernel_path_on_cpu.launch
+
+    def launch(spec, dtype_name, device, args, size):  # noqa: ANN001, ANN202
+        vectors.append(args["vector"])
+        return real(spec, dtype_name, device, args, size)
+
+    monkeypatch.setattr(kernels._cupy, "launch", launch)
+    runs = []
+    for offset in (0, 1, 0):  # aligned, then views one element in, then aligned again
+        params = _params(torch.float32, aligned=True)
+        optimizer = kernels.FusedAdamW(params, lr=1e-2)
+        optimizer.planned = planned
+        for step in range(3):
+            g = torch.Generator().manual_seed(70 + step)
+            for p in params:
+                buffer = torch.empty(p.numel() + offset)
+                buffer[offset:] = torch.randn(p.numel(), generator=g)
+                p.grad = buffer[offset:]
+            optimizer.step()
+        runs.append(params)
+    assert vectors == [4] * 3 + [1] * 3 + [4] * 3
+    for a, b in zip(runs[0], runs[1], strict=True):
+        assert torch.equal(a, b)
