@@ -27,6 +27,20 @@ OPTIMIZERS = {
 }
 
 
+@pytest.fixture
+def vectors(kernel_path_on_cpu, monkeypatch) -> list[int]:  # noqa: ANN001
+    """The ``vector`` argument of every launch of the test, through the host build."""
+    seen: list[int] = []
+    real = kernel_path_on_cpu.launch
+
+    def launch(spec, dtype_name, device, args, size):  # noqa: ANN001, ANN202
+        seen.append(args["vector"])
+        return real(spec, dtype_name, device, args, size)
+
+    monkeypatch.setattr(kernels._cupy, "launch", launch)
+    return seen
+
+
 def _params(dtype: torch.dtype, aligned: bool) -> list[torch.nn.Parameter]:
     g = torch.Generator().manual_seed(4)
     out = []
@@ -45,15 +59,7 @@ def _params(dtype: torch.dtype, aligned: bool) -> list[torch.nn.Parameter]:
 @pytest.mark.parametrize("name", OPTIMIZERS)
 @pytest.mark.parametrize("planned", [True, False], ids=["planned", "unplanned"])
 def test_a_vector_launch_updates_bitwise_as_an_element_launch(
-        kernel_path_on_cpu, monkeypatch, name: str, dtype: torch.dtype, planned: bool) -> None:
-    vectors: list[int] = []
-    real = kernel_path_on_cpu.launch
-
-    def launch(spec, dtype_name, device, args, size):  # noqa: ANN001, ANN202
-        vectors.append(args["vector"])
-        return real(spec, dtype_name, device, args, size)
-
-    monkeypatch.setattr(kernels._cupy, "launch", launch)
+        vectors, name: str, dtype: torch.dtype, planned: bool) -> None:
     runs = {}
     for aligned in (True, False):
         params = _params(dtype, aligned)
@@ -99,17 +105,9 @@ def test_a_vector_is_read_only_where_every_pointer_is_aligned_for_it() -> None:
 
 @pytest.mark.parametrize("planned", [True, False], ids=["planned", "unplanned"])
 def test_unaligned_gradients_alone_make_a_planned_step_read_elements(
-        kernel_path_on_cpu, monkeypatch, planned: bool) -> None:
+        vectors, planned: bool) -> None:
     """The plan keeps its parameters' and state's alignment; a step's gradients, new each
     step, are checked at each step."""
-    vectors: list[int] = []
-    real = kernel_path_on_cpu.launch
-
-    def launch(spec, dtype_name, device, args, size):  # noqa: ANN001, ANN202
-        vectors.append(args["vector"])
-        return real(spec, dtype_name, device, args, size)
-
-    monkeypatch.setattr(kernels._cupy, "launch", launch)
     runs = []
     for offset in (0, 1, 0):  # aligned, then views one element in, then aligned again
         params = _params(torch.float32, aligned=True)
