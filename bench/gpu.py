@@ -229,6 +229,12 @@ def pass_busy(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES
             if device.type == "cuda" and not work:
                 raise RuntimeError("the profiler recorded no work on the device")
             out[k] = round(busy_share(work, span.start, span.end), 4)
+            # where the host's time in the pass went, for the log (not the section): a pass
+            # bound by its host is read from this table
+            print(f"pass of K={k}: {(span.end - span.start) / 1e3:.1f} ms, the host's busiest "
+                  "operations:\n" + prof.key_averages().table(
+                      sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60),
+                  file=sys.stderr, flush=True)
         except Exception as exc:  # noqa: BLE001 - one figure lost, not the GPU session
             out[k] = f"{type(exc).__name__}: {exc}".splitlines()[0]
     return out
