@@ -22,6 +22,7 @@ the pass goes on eagerly, and the reason is logged once per reason.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -77,7 +78,7 @@ def capture_choice(device: torch.device, rows: int, batch_size: int,
     if full < MIN_FULL_BATCHES:
         return CaptureChoice(False, f"{full} full batches of {batch_size}: fewer than "
                                     f"{MIN_FULL_BATCHES}, too few to repay a capture")
-    return CaptureChoice(True, f"{full - 2} of {full} full batches replayed from one capture")
+    return CaptureChoice(True, f"{full - 1} of {full} full batches replayed from one capture")
 
 
 class _Graph:
@@ -113,8 +114,11 @@ def _capture(index: torch.Tensor, step: Callable[[torch.Tensor], torch.Tensor],
             graph.capture_begin(capture_error_mode="thread_local")
             try:
                 losses = step(static)
-            finally:
-                graph.capture_end()
+            except Exception:
+                with contextlib.suppress(Exception):  # the step's error is the one to tell
+                    graph.capture_end()
+                raise
+            graph.capture_end()
     except Exception as exc:  # noqa: BLE001 - any failure means: train eagerly
         for p in params:
             p.grad = None

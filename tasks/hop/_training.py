@@ -140,7 +140,9 @@ def train_pass(region: RegionConfig, model: torch.nn.Module, optimizer: torch.op
     The minibatch order and every other random draw (dropout) derive from
     (trial seed, epoch, shard) alone, so the pass is the same wherever it runs
     on the same kind of device. It trains where ``model`` and ``data`` are, and
-    waits for that device once, at the end, to read the loss.
+    waits for that device once, at the end, to read the loss. On a GPU the full
+    batches after the first replay one captured gather, forward and backward
+    (``tasks.hop._steps``), bitwise as eager steps.
     """
     family = get_family(region)
     settings = start_pass(region, optimizer, params=params, epoch=epoch, position=position)

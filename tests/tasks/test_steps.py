@@ -25,7 +25,7 @@ CPU = torch.device("cpu")
 
 def test_a_pass_captures_on_a_gpu_with_enough_full_batches() -> None:
     assert capture_choice(CUDA, rows=1000, batch_size=100, mode="auto") == CaptureChoice(
-        True, "8 of 10 full batches replayed from one capture")
+        True, "9 of 10 full batches replayed from one capture")
     few = capture_choice(CUDA, rows=399, batch_size=100, mode="auto")
     assert not few.capture and "3 full batches of 100" in few.reason
     cpu = capture_choice(CPU, rows=1000, batch_size=100, mode="auto")
