@@ -104,3 +104,29 @@ def test_a_captured_cohort_pass_trains_bitwise_as_the_eager_cohort_pass(
     assert runs["auto"][1] == runs["off"][1]
     for a, b in zip(runs["auto"][0], runs["off"][0], strict=True):
         _assert_same(a, b)
+
+
+def test_a_captured_pass_with_dropout_draws_as_the_eager_pass(deterministic, captures,
+                                                             monkeypatch) -> None:
+    """A model that draws random numbers in its forward (dropout) draws them, replayed, from
+    CUDA's graph-safe generator: the weights must come out as the eager pass's, or a trial
+    trained captured would not replay where a capture fails."""
+    from tests.tasks.test_cohort import _tabular_shard
+
+    region = _region("mlp")
+    meta = {"n_features": 3, "label_mean": 0.0}
+    shard = {k: v.to(CUDA) for k, v in _tabular_shard(rows=300).items()}
+    params = {"lr": 0.01, "hidden": 16, "dropout": 0.3}
+    runs = {}
+    for mode in ("off", "auto"):
+        monkeypatch.setenv("HOPTUNE_CUDA_GRAPHS", mode)
+        model = build_trial_model(region, params, 21, meta, CUDA)
+        optimizer = make_trial_optimizer(region, params, model)
+        losses = [train_pass(region, model, optimizer, shard, seed=21, epoch=e, shard=0,
+                             position=0, params=params).loss for e in range(2)]
+        runs[mode] = (model, losses)
+    assert len(captures) == 2 and all(isinstance(c, _steps._Graph) for c in captures), captures
+    assert runs["auto"][1] == runs["off"][1]
+    for (name, x), y in zip(runs["auto"][0].state_dict().items(),
+                            runs["off"][0].state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
