@@ -83,7 +83,7 @@ KEYS = ("device", "adamw_1e8_vs_torch_fused", "adamw_1e8_bandwidth_share",
         "sgd_1e8_bandwidth_share", "single_hops_vs_cpu_thread", "cohort_32_vs_cpu_thread",
         "pytest_gpu", "doctor", "gpu_busy_single_pass", "gpu_busy_cohort_32_pass",
         "captured_over_eager_single", "captured_over_eager_cohort_32",
-        "gpu_eager_hop_train_s", "gpu_eager_hop_overhead_share")
+        "gpu_eager_hop_train_s", "gpu_eager_hop_overhead_share", "fuse_auto_demo")
 #: the cohort sizes whose pass's busy share is measured (1: a single hop's pass)
 BUSY_SIZES = (1, 32)
 
@@ -155,6 +155,31 @@ def slowest_ratio(rows: list[dict[str, object]], optimizer: str, smallest: int =
                for t, n, by in seconds if by == "ours")
 
 
+def _demo(device: torch.device) -> tuple[dict, object, dict[str, torch.Tensor]]:
+    """The demo rating model's spec (``bench/fusion.py``), its region and its data on
+    ``device``."""
+    from bench import fusion
+
+    spec = fusion._models()["demo rating model"]
+    region = fusion.RegionConfig.model_validate({"name": "bench", "data": "x.csv",
+                                                 "batch_size": fusion.BATCH,
+                                                 "shards": fusion.SHARDS, **spec["region"]})
+    return spec, region, {k: v.to(device) for k, v in spec["data"].items()}
+
+
+def fuse_auto(device: torch.device) -> int:
+    """The cohort size ``fuse = "auto"`` picks for the demo rating model on ``device``."""
+    from bench import fusion
+    from hoptune.regions import fuse_limit
+
+    spec, region, _ = _demo(torch.device("cpu"))
+    (member,) = fusion._members(region, spec, 1, torch.device("cpu"))
+    memory = (torch.cuda.get_device_properties(device).total_memory
+              if device.type == "cuda" else None)
+    return fuse_limit("auto", device=device, memory=memory,
+                      parameters=sum(p.numel() for p in member.model.parameters()))
+
+
 def cohort_rates(device: torch.device, sizes: tuple[int, ...] = COHORTS, rounds: int = 5
                  ) -> dict[str, object]:
     """Trial-epochs per second of the demo rating model on ``device``: K single hops one
@@ -173,7 +198,8 @@ def cohort_rates(device: torch.device, sizes: tuple[int, ...] = COHORTS, rounds:
     return {"sizes": {k: {"single": fusion._epochs_per_second(k, r["single"]),
                           "cohort": fusion._epochs_per_second(k, r["cohort"])}
                       for k, r in on_device.items()},
-            "cpu_thread": fusion._epochs_per_second(1, cpu[1]["single"])}
+            "cpu_thread": fusion._epochs_per_second(1, cpu[1]["single"]),
+            "fuse_auto": fuse_auto(device)}
 
 
 def busy_share(intervals: list[tuple[float, float]], start: float, end: float) -> float:
@@ -205,11 +231,7 @@ def pass_busy(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES
 
     from bench import fusion
 
-    spec = fusion._models()["demo rating model"]
-    region = fusion.RegionConfig.model_validate({"name": "bench", "data": "x.csv",
-                                                 "batch_size": fusion.BATCH,
-                                                 "shards": fusion.SHARDS, **spec["region"]})
-    data = {k: v.to(device) for k, v in spec["data"].items()}
+    spec, region, data = _demo(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
                                            else [])
     out: dict[int, float | str] = {}
@@ -265,11 +287,7 @@ def graph_rates(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES, round
     taking turns first, medians over ``rounds``."""
     from bench import fusion
 
-    spec = fusion._models()["demo rating model"]
-    region = fusion.RegionConfig.model_validate({"name": "bench", "data": "x.csv",
-                                                 "batch_size": fusion.BATCH,
-                                                 "shards": fusion.SHARDS, **spec["region"]})
-    data = {k: v.to(device) for k, v in spec["data"].items()}
+    spec, region, data = _demo(device)
     out: dict[int, dict[str, float]] = {}
     for k in sizes:
         members = fusion._members(region, spec, k, device)
@@ -488,7 +506,8 @@ def summary(device: torch.device, path: str, copy_gbps: float,
     if cohorts:
         per = cohorts["sizes"]
         thread = cohorts["cpu_thread"]
-        out.update(single_hops_vs_cpu_thread=round(per[min(per)]["single"] / thread, 2),
+        out.update(fuse_auto_demo=cohorts.get("fuse_auto"),
+                   single_hops_vs_cpu_thread=round(per[min(per)]["single"] / thread, 2),
                    cohort_32_vs_cpu_thread=round(per[32]["cohort"] / thread, 2)
                    if 32 in per else None)
     if checks:
@@ -637,6 +656,9 @@ def cohort_lines(cohorts: dict[str, object]) -> list[str]:
     for k, r in cohorts["sizes"].items():
         lines.append(f"| {k} | {r['single']:.2f} | {r['cohort']:.2f} | "
                      f"{r['single'] / thread:.1f}x | {r['cohort'] / thread:.1f}x |")
+    if cohorts.get("fuse_auto") is not None:
+        lines += ["", f"`fuse = \"auto\"` fuses cohorts of up to {cohorts['fuse_auto']} trials "
+                  "of this model on this device (`regions.fuse_limit`)."]
     return lines
 
 

@@ -79,11 +79,12 @@ def test_its_measurements_run_on_the_cpu(home: Path, redis_url: str) -> None:
     assert figures["gpu_busy_cohort_32_pass"] == "Boom: failed"
     assert figures["sgd_slowest_vs_torch_fused"] > 0 and figures["sgd_1e8_bandwidth_share"] > 0
     assert figures["single_hops_vs_cpu_thread"] > 0 and figures["cohort_32_vs_cpu_thread"] is None
+    assert figures["fuse_auto_demo"] == 16  # fuse = "auto" on a CPU: regions.CPU_FUSE
     assert figures["pytest_gpu"] == "3 passed" and figures["doctor"] == ["ok   devices: 1"]
     assert json.loads(json.dumps(figures)).keys() == set(gpu.KEYS)
     table = "\n".join(gpu.sweep_lines(sweep, 10.0) + gpu.cohort_lines(cohorts))
     assert table.count("| AdamW | 100 |") == 2 and table.count("| SGD | 10 |") == 2
-    assert "| 2 |" in table
+    assert "| 2 |" in table and "fuses cohorts of up to 16 trials" in table
 
 
 def test_the_checks_it_records_are_pytests_summary_and_doctors_verdicts() -> None:
