@@ -57,8 +57,7 @@ VECTOR_BYTES = 16
 def vector_width(dtype: torch.dtype) -> int:
     """HT_VEC for ``dtype``'s kernels: the numbers in 16 bytes (complex tensors are viewed as
     their real and imaginary parts)."""
-    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
-    return VECTOR_BYTES // torch.empty((), dtype=real).element_size()
+    return VECTOR_BYTES // (dtype.to_real() if dtype.is_complex else dtype).itemsize
 
 
 def aligned_width(pointers: Sequence[int], width: int) -> int:
