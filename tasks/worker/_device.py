@@ -165,7 +165,6 @@ def worker_device(environ: Mapping[str, str] | None = None) -> torch.device:
     device; replays across device kinds (CPU vs GPU, or two GPU models) are
     close but not bitwise, since the kernels round differently.
     """
-
     env = os.environ if environ is None else environ
     gpus = visible_gpus()
     spec = env.get(DEVICE_VARIABLE) or ("cuda" if gpus else "cpu")

@@ -48,7 +48,7 @@ class Runtime:
         if device is not None and device.type == "cuda":
             from hoptune.tasks.worker._device import train_deterministically
 
-            train_deterministically(device)  # a trial trained here replays bitwise anywhere
+            train_deterministically(device)  # as a worker: trials replay bitwise between the two
         self._device = device
         self.store = Store(self.settings.store_url)
         self.disk_cache = None if self.store.local else Store(str(self.settings.cache_dir))
