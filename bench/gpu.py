@@ -32,8 +32,8 @@ exits 0 and prints the JSON line with every figure null.
    verdicts, run by this bench on the same machine, so the section records
    which checks passed beside the figures.
 
-Usage: python bench/gpu.py [--rows-per-shard 200000] [--epochs 3] [--rounds 5]
-                           [--skip-checks]
+Usage: python bench/gpu.py [--hop-seconds 1] [--rows-per-shard N] [--epochs 3]
+                           [--rounds 5] [--skip-checks]
 Writes its section of BENCHMARKS.md (on a GPU only); the last line is one JSON
 object: device, adamw_1e8_vs_torch_fused (torch fused ms over FusedAdamW ms:
 above 1, ours is faster), adamw_1e8_bandwidth_share, the least such ratio over
@@ -416,7 +416,11 @@ def _no_gpu() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows-per-shard", type=int, default=200_000)
+    parser.add_argument("--hop-seconds", type=float, default=1.0,
+                        help="the GPU hop's training time its rows per shard are set for")
+    parser.add_argument("--rows-per-shard", type=int, default=None,
+                        help="rows per shard of the hop runs (default: calibrated on the GPU "
+                             "for a hop of --hop-seconds)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the cohort passes")
     parser.add_argument("--skip-checks", action="store_true",
@@ -451,6 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"busy share of a pass: {json.dumps(busy)}", file=sys.stderr, flush=True)
         graphs = graph_rates(device)
         print(f"captured against eager: {json.dumps(graphs)}", file=sys.stderr, flush=True)
+        if args.rows_per_shard is None:  # a ~1 s hop on the GPU, as issue 34 measures it
+            from bench.hop_overhead import _calibrate
+
+            args.rows_per_shard = _calibrate(home, args.hop_seconds, args.epochs,
+                                             str(device))[0]
         hops = {}
         # the GPU's hop with its passes captured (the default) and eager, then the CPU's
         for key, kind, mode in ((str(device), str(device), "auto"),
@@ -580,7 +589,8 @@ def report(device: torch.device, path: str, copy_gbps: float,
     lines += [
         "", f"One trial of the ~1M-parameter rating model of `bench/hop_overhead.py` hopping "
         f"between 2 real workers (embedded Redis, SQLite, store folder), "
-        f"{args.rows_per_shard:,} rows per shard, {args.epochs} epochs, on the GPU (its passes "
+        f"{args.rows_per_shard:,} rows per shard (for a hop of about {args.hop_seconds:g} s on "
+        f"the GPU), {args.epochs} epochs, on the GPU (its passes "
         "captured, the default, then eager: `HOPTUNE_CUDA_GRAPHS=off`) and then on the CPU "
         "(one torch thread per worker); medians over the hops, in seconds.", "",
     ]

@@ -83,9 +83,11 @@ def _write(home: Path, rows: int, epochs: int) -> Path:
     return config
 
 
-def _calibrate(home: Path, hop_seconds: float, epochs: int) -> tuple[int, int]:
+def _calibrate(home: Path, hop_seconds: float, epochs: int, device: str = "cpu",
+               rows: int = 100_000) -> tuple[int, int]:
     """Rows per shard that make a hop of an ``epochs``-epoch run train for about
-    ``hop_seconds`` on average; and the model size.
+    ``hop_seconds`` on average on ``device`` (on a CPU, one torch thread, as a worker),
+    measured on ``rows`` rows; and the model size.
 
     A pass gets faster as the trial trains (a fifth of a second in three on the
     rating model), so the rate is the mean over as many passes as the run makes
@@ -97,14 +99,16 @@ def _calibrate(home: Path, hop_seconds: float, epochs: int) -> tuple[int, int]:
     from hoptune.regions import ingest, load_config, load_shard
     from hoptune.tasks.hop import build_trial_model, make_trial_optimizer, train_pass
 
-    torch.set_num_threads(1)
-    region = load_config(_write(home, 100_000, 1)).region("bench")
+    on = torch.device(device)
+    if on.type == "cpu":
+        torch.set_num_threads(1)
+    region = load_config(_write(home, rows, 1)).region("bench")
     store = Store(str(home / "calibration"))
     manifest = ingest(region, store).manifest
     params = dict(region.params)
-    model = build_trial_model(region, params, 0, manifest["meta"])
+    model = build_trial_model(region, params, 0, manifest["meta"], on)
     optimizer = make_trial_optimizer(region, params, model)
-    shard = load_shard(store, manifest, 0)
+    shard = {k: v.to(on) for k, v in load_shard(store, manifest, 0).items()}
     passes = [train_pass(region, model, optimizer, shard, seed=0, epoch=e, shard=0,
                          position=0, params=params) for e in range(min(2 * epochs, 20))]
     rate = sum(p.samples for p in passes) / sum(p.seconds for p in passes)

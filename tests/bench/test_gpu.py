@@ -61,6 +61,10 @@ def test_its_measurements_run_on_the_cpu(home: Path, redis_url: str) -> None:
     assert set(graphs) == {1, 2} and all(v > 0 for r in graphs.values() for v in r.values())
     assert "HOPTUNE_CUDA_GRAPHS" not in os.environ  # the setting it changed, put back
     assert gpu.fused_adamw_path(cpu).startswith("FusedAdamW")
+    from bench.hop_overhead import _calibrate  # the rows of a hop of about --hop-seconds
+
+    rows, size = _calibrate(home, 0.05, 1, "cpu", rows=4000)
+    assert rows > 0 and size > 0 and not (home / "calibration").exists()
     hops = gpu.hop_parts(home, ["cpu", "cpu"], rows_per_shard=3000, epochs=1)
     assert hops["train_s"] > 0 and 0 < hops["overhead_share"] < 1
     figures = gpu.summary(cpu, "FusedAdamW", 10.0, adamw, {"cpu": hops})
