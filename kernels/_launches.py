@@ -91,13 +91,14 @@ def _multi_tensor(
     """One launch of spec over slots, or over ``table`` where the caller placed them already
     (a planned step: ``kernels._plan``). A kernel that reads vectors gets a table laid out
     in vectors where its tensors allow (``table_width``)."""
+    vectors = reads_vectors(spec)
     if table is None:
         table = pointer_table({role: [s[r] for s in slots] for r, role in enumerate(roles)},
-                              device, table_width(spec, dtype))
+                              device, vector_width(dtype) if vectors else 1)
     if table.size == 0:
         return
     args = {**table.args(), **extra}
-    if reads_vectors(spec):
+    if vectors:
         args["vector"] = table.vector
     run(spec, dtype, device, args, table.size, launch)
 
