@@ -34,3 +34,28 @@ def test_a_smoke_run_scores_every_method_on_held_out_rows_and_writes_nothing(
     assert all(classification[m]["held_out"] > classification["floor"]
                for m in ("hoptune", "random"))
     assert (ROOT / "BENCHMARKS.md").read_text() == before
+
+
+def test_each_seed_holds_out_its_own_tenth_and_ten_seeds_every_row_once() -> None:
+    import numpy as np
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench import quality
+    finally:
+        sys.path.remove(str(ROOT))
+    table = pd.DataFrame({"row": np.arange(569), "label": np.arange(569) % 2})
+    held = []
+    for seed in range(10):
+        seen, out = quality.hold_out(table, seed)
+        assert sorted([*seen["row"], *out["row"]]) == list(range(569))
+        assert len(out) in (56, 57)
+        held.append(set(out["row"]))
+    assert sorted(r for rows in held for r in rows) == list(range(569))  # each row once
+    assert set(quality.hold_out(table, 10)[1]["row"]) == held[0]
+    # the earlier protocol: one tenth, drawn with seed 7, the same for every seed
+    fixed = [set(quality.hold_out(table, seed, fixed=True)[1]["row"]) for seed in (0, 1)]
+    assert fixed[0] == fixed[1]
+    drawn = np.random.default_rng(quality.HELD_OUT_SEED).random(569) < 0.1
+    assert fixed[0] == set(np.flatnonzero(drawn))
