@@ -45,8 +45,8 @@ __all__ = [
 ]
 
 EXPECT = {
-    "shards": "an integer >= 1 or 'auto'",
-    **dict.fromkeys(("epochs", "batch_size", "trials", "parallel"), "an integer >= 1"),
+    **dict.fromkeys(("shards", "batch_size"), "an integer >= 1 or 'auto'"),
+    **dict.fromkeys(("epochs", "trials", "parallel"), "an integer >= 1"),
     "fuse": "an integer from 1 to 64 or 'auto'",
     **dict.fromkeys(("seed", "max_redeliveries"), "an integer >= 0"),
     "min_epochs": "an integer >= 1",
@@ -215,7 +215,8 @@ class Defaults(_Frozen):
     # an integer forces K; "auto" chooses it at ingest from the data and the measured costs
     shards: Count | Literal["auto"] = "auto"
     epochs: Count = 3
-    batch_size: Count = 256
+    # "auto": 256, fewer for a small region (``regions.auto_batch_size``), when a study starts
+    batch_size: Count | Literal["auto"] = "auto"
     seed: Natural = 0
     validation_fraction: Annotated[float, Strict(), Field(gt=0, lt=1)] = 0.2
     optimizer: Literal["fused_adamw", "fused_sgd", "adamw", "sgd"] = "fused_adamw"

@@ -19,7 +19,12 @@ from typing import Any
 from hoptune.core import ConfigError
 from hoptune.regions._schema import OPTIMIZERS, SCHEDULES, RegionConfig
 
-__all__ = ["TRAINING_PARAMS", "TrialSettings", "check_training_space", "trial_settings"]
+__all__ = ["AUTO_BATCH_SIZE", "TRAINING_PARAMS", "TrialSettings", "auto_batch_size",
+           "check_training_space", "resolved_region", "trial_settings"]
+
+AUTO_BATCH_SIZE = 256
+"""``batch_size = "auto"`` for a region of at least four times as many training rows."""
+MIN_AUTO_BATCH_SIZE = 32
 
 TRAINING_PARAMS = ("batch_size", "epochs", "optimizer", "lr_schedule", "warmup_epochs")
 """Hyperparameters the training loop reads; every family accepts them."""
@@ -53,9 +58,46 @@ class TrialSettings:
         return 1.0
 
 
+def auto_batch_size(training_rows: int) -> int:
+    """``batch_size = "auto"``: 256, or for a region of fewer than 1,024 training rows the
+    largest power of two at most a quarter of them, at least 32.
+
+    A small table's passes would otherwise be one or two steps each: 8 epochs of a
+    ~400-row table in two shards were 16 optimizer steps at 256 a batch. Chosen on the
+    real tables of ``bench/quality.py`` (README, "Defaults"): 64 for breast cancer's and
+    diabetes' ~410 and ~320 training rows held out better than 256 and than 32.
+    """
+    batch = AUTO_BATCH_SIZE
+    while batch > MIN_AUTO_BATCH_SIZE and 4 * batch > training_rows:
+        batch //= 2
+    return batch
+
+
+def resolved_region(region: RegionConfig, manifest: Mapping[str, Any]) -> RegionConfig:
+    """``region`` with its ``"auto"`` settings made what its ingested data decides: the K the
+    manifest recorded, the batch size of its training rows (``auto_batch_size``).
+
+    A study records its region resolved, so its hops, its replay and the planner read
+    numbers, and a study never changes them while it runs.
+    """
+    update: dict[str, Any] = {}
+    if region.shards == "auto":
+        update["shards"] = int(manifest["shards"])
+    if region.batch_size == "auto":
+        update["batch_size"] = auto_batch_size(sum(int(r) for r in manifest["rows"]))
+    return region.model_copy(update=update) if update else region
+
+
 def trial_settings(region: RegionConfig, params: Mapping[str, Any]) -> TrialSettings:
-    """The region's settings with the trial's ``params`` over them, checked."""
+    """The region's settings with the trial's ``params`` over them, checked.
+
+    ``region`` is resolved (``resolved_region``) unless the trial's ``params`` set the
+    batch size.
+    """
     where = f"region {region.name!r}: parameter"
+    if "batch_size" not in params and region.batch_size == "auto":
+        raise ValueError(f"region {region.name!r}: batch_size 'auto' is decided when a "
+                         "study starts (resolved_region); this region was not resolved")
     epochs = _integer(params.get("epochs", region.epochs), f"{where} 'epochs'", 1)
     if epochs > region.epochs:
         raise ConfigError(f"{where} 'epochs': {epochs} is more than the study's epochs "
@@ -79,6 +121,8 @@ def check_training_space(region: RegionConfig) -> None:
     Each end of an int dimension and each choice of a categorical one is
     checked as a trial would be.
     """
+    if region.batch_size == "auto":  # a number from the data once ingested: any will do here
+        region = region.model_copy(update={"batch_size": AUTO_BATCH_SIZE})
     trial_settings(region, region.params)
     for name, dimension in region.space.items():
         if name not in TRAINING_PARAMS or not isinstance(dimension, dict):

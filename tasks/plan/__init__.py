@@ -22,7 +22,6 @@ _NAMES = {
     "MEMORY_SHARE": "hoptune.tasks.plan._shards",
     "ingest_region": "hoptune.tasks.plan._shards",
     "local_shards": "hoptune.tasks.plan._shards",
-    "resolved_region": "hoptune.tasks.plan._shards",
     "shard_chooser": "hoptune.tasks.plan._shards",
     "shard_line": "hoptune.tasks.plan._shards",
     "current_manifest": "hoptune.tasks.plan._shards",

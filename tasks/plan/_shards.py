@@ -28,14 +28,20 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hoptune.regions import AUTO_ROWS_PER_SHARD, RegionConfig, ShardChooser, ingest
+from hoptune.regions import (
+    AUTO_ROWS_PER_SHARD,
+    RegionConfig,
+    ShardChooser,
+    auto_batch_size,
+    ingest,
+)
 
 if TYPE_CHECKING:
     from hoptune.regions import IngestResult
     from hoptune.tasks.worker import Runtime
 
 __all__ = ["MAX_OVERHEAD_SHARE", "MEMORY_SHARE", "choose_shards", "current_manifest",
-           "ingest_region", "known_shards", "live_workers", "local_shards", "resolved_region",
+           "ingest_region", "known_shards", "live_workers", "local_shards",
            "shard_chooser", "shard_line"]
 
 log = logging.getLogger(__name__)
@@ -127,7 +133,8 @@ def shard_chooser(rt: Runtime | Callable[[], Runtime], region: RegionConfig,
         if cost is None:
             return choose_shards(rows, row_bytes, None, None, count, _memory())
         params = {**get_family(region).default_params, **region.params}
-        batch = int(params.get("batch_size", region.batch_size))
+        batch = int(params.get("batch_size", auto_batch_size(rows)
+                                if region.batch_size == "auto" else region.batch_size))
         parameters = parameter_count(region.model_dump(mode="json"), {"meta": meta}, params)
         per_row = cost.seconds(1, batch, parameters) - cost.overhead
         finished = [s for s in rt.db.studies() if s.state != "running"]
@@ -168,13 +175,6 @@ def shard_line(manifest: dict[str, Any] | None) -> str:
         return "shards: not ingested yet"
     why = manifest.get("shards_reason") or "set in the configuration"
     return f"shards: {len(manifest['rows'])} ({why})"
-
-
-def resolved_region(region: RegionConfig, manifest: dict[str, Any]) -> RegionConfig:
-    """``region`` with the K its manifest recorded in place of ``"auto"``."""
-    if region.shards != "auto":
-        return region
-    return region.model_copy(update={"shards": int(manifest["shards"])})
 
 
 def known_shards(rt: Runtime, region: RegionConfig) -> int | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hoptune.regions import RegionConfig, get_family
+from hoptune.regions import RegionConfig, get_family, resolved_region
 from hoptune.tasks.hop import trial_seed
 from hoptune.tasks.worker import Runtime
 from hoptune.tuner import parse_space
@@ -28,8 +28,8 @@ def create_study(rt: Runtime, region: RegionConfig, *, manifest: dict[str, Any],
     their number; otherwise ``tune_step`` proposes trials over the space.
     ``where`` names the space in errors (default ``regions.NAME.space``).
     """
-    if region.shards == "auto":  # the study keeps the K its data was sharded into
-        region = region.model_copy(update={"shards": int(manifest["shards"])})
+    # the study keeps the K its data was sharded into and the batch size of its rows
+    region = resolved_region(region, manifest)
     family = get_family(region)
     where = where or f"regions.{region.name}.space"
     space = None if configs is not None else parse_space(region.space, where).to_json()

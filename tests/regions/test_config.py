@@ -165,7 +165,7 @@ BAD = [
     (
         "batch_size = 256",
         'batch_size = "256"',
-        "defaults.batch_size: must be an integer >= 1, got '256'",
+        "defaults.batch_size: must be an integer >= 1 or 'auto', got '256'",
     ),
     (
         "validation_fraction = 0.2",

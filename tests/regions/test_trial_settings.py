@@ -61,3 +61,40 @@ def test_the_schedule_sets_each_hops_learning_rate(rating_region) -> None:
                params=params)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
     assert optimizer.param_groups[0]["initial_lr"] == 0.1
+
+
+def test_auto_batch_size_is_256_or_a_power_of_two_at_most_a_quarter_of_a_small_regions_rows(
+        ) -> None:
+    from hoptune.regions import auto_batch_size
+
+    assert [auto_batch_size(n) for n in (100_000, 1024, 1023, 512, 511, 414, 318, 256, 255)] == [
+        256, 256, 128, 128, 64, 64, 64, 64, 32]
+    assert auto_batch_size(10) == auto_batch_size(0) == 32  # never below 32
+
+
+def test_a_study_resolves_auto_from_its_manifest_and_an_integer_or_a_trial_param_wins(
+        rating_region, store) -> None:
+    from hoptune.regions import ingest, resolved_region
+
+    region = rating_region(rows=120, settings="").model_copy(update={"batch_size": "auto"})
+    manifest = ingest(region, store).manifest
+    training = sum(manifest["rows"])
+    assert training < 128  # a tiny region: the least auto batch
+    resolved = resolved_region(region, manifest)
+    assert (resolved.batch_size, resolved.shards) == (32, 2)
+    assert trial_settings(resolved, {}).batch_size == 32
+    assert trial_settings(region, {"batch_size": 16}).batch_size == 16  # a tuned batch size
+    with pytest.raises(ValueError, match="batch_size 'auto' is decided when a study starts"):
+        trial_settings(region, {})
+    fixed = region.model_copy(update={"batch_size": 256})
+    assert resolved_region(fixed, manifest) is fixed  # nothing to resolve: the same region
+
+
+def test_auto_is_the_default_batch_size_and_a_bad_one_names_the_field(write_config) -> None:
+    from hoptune.regions import load_config
+
+    body = ('[regions.north]\ndata = "data/north.csv"\nfamily = "rating_mf"\n'
+            'rating_range = [1.0, 5.0]\n')
+    assert load_config(write_config(body)).region("north").batch_size == "auto"
+    with pytest.raises(ConfigError, match="must be an integer >= 1 or 'auto', got 'big'"):
+        load_config(write_config('[defaults]\nbatch_size = "big"\n' + body))

@@ -60,6 +60,14 @@ def test_a_real_table_tuned_through_real_workers_beats_the_majority_class(
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
 
+    from hoptune.tasks import Runtime
+
+    rt = Runtime(Settings.from_env())
+    study = rt.db.latest_study("clinic")
+    # batch_size = "auto" (the default) for its ~410 training rows: 64, not 256 (one step
+    # a pass); the study records the number its hops and its replay train with
+    assert study.region_config["batch_size"] == 64
+    rt.db.dispose()
     predictor = load_predictor(Store(Settings.from_env().store_url), "clinic")
     rows = table[held].reset_index(drop=True)
     accuracy = predictor.score(rows, "held-out rows")
