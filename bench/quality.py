@@ -23,9 +23,10 @@ its id maps, the rating model's fallback for ids it never saw). Seed ``s`` holds
 out the ``s``-th tenth of one fixed shuffle of the table, drawn before anything
 else (nested cross-validation: ten seeds score every row once;
 ``--fixed-held-out``: one tenth for every seed, as this bench did first). Each
-case runs ``--seeds`` times (default: 3 for MovieLens, 10 for the small tables,
-whose tenth is 44 or 57 rows); the held-out tenth, the study seed, Optuna's
-sampler seed and the random draw change with the seed.
+case runs ``--seeds`` times (default 10: every row held out once; a small
+table's tenth is 44 or 57 rows, one row 0.02 of accuracy, and MovieLens's three
+tenths left its methods within 0.001 of each other); the held-out tenth, the
+study seed, Optuna's sampler seed and the random draw change with the seed.
 
 Data: MovieLens 100k (``ml-100k.inter`` from the ``recbole`` 1.2.1 wheel on
 PyPI; ``--ml100k FILE`` names a copy, else the wheel is fetched once with
@@ -37,7 +38,7 @@ Writes its block of BENCHMARKS.md (unless ``--quick``) and prints one JSON
 object as its last line: per case, each method's mean held-out metric and
 epochs trained.
 
-    python bench/quality.py [--quick] [--seeds N] [--trials 16] [--epochs 8] [--jobs 2]
+    python bench/quality.py [--quick] [--seeds 10] [--trials 16] [--epochs 8] [--jobs 2]
                             [--cases ml100k-reg,...] [--set pruner.recheck=false]
                             [--fixed-held-out]
 """
@@ -83,9 +84,6 @@ class Case:
     data: str  # "ml100k", "diabetes" or "breast_cancer"
     region: str  # the region table's fields besides data (TOML)
     space: str  # the [defaults.space] table's body (TOML)
-    # seeds by default: MovieLens's tenth is 10,000 rows; a small table's tenth is 44 or 57,
-    # one row 0.02 of accuracy, so its mean needs all ten tenths to tell methods apart
-    seeds: int = 3
 
 
 RATING = """family = "rating_mf"
@@ -105,12 +103,11 @@ CASES = {c.name: c for c in (
          LR + WEIGHT_DECAY + 'embedding_dim = { type = "int", low = 4, high = 128 }\n'),
     Case("diabetes-mlp", "diabetes",
          'family = "mlp"\ntask = "regression"\n{columns}\n',
-         LR + WEIGHT_DECAY + 'hidden = { type = "int", low = 8, high = 256, prior = "log" }\n',
-         seeds=FOLDS),
+         LR + WEIGHT_DECAY + 'hidden = { type = "int", low = 8, high = 256, prior = "log" }\n'),
     Case("breast-cancer-mlp", "breast_cancer",
          'family = "mlp"\ntask = "classification"\n{columns}\n',
          LR + WEIGHT_DECAY + 'hidden = { type = "int", low = 8, high = 256, prior = "log" }\n'
-         'dropout = { type = "real", low = 0.0, high = 0.5 }\n', seeds=FOLDS),
+         'dropout = { type = "real", low = 0.0, high = 0.5 }\n'),
 )}
 
 # shards = 2 as every figure of this bench so far: the cases measure the tuner, and one
@@ -423,9 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                              "BENCHMARKS.md untouched")
     parser.add_argument("--cases", default=",".join(CASES),
                         help=f"comma-separated, of: {', '.join(CASES)}")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="seeds of every case (default: 3 for MovieLens, 10 for the "
-                             "small tables, one for each tenth held out)")
+    parser.add_argument("--seeds", type=int, default=FOLDS,
+                        help="seeds of every case (default: one for each tenth held out)")
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=2, help="case-seeds at once")
@@ -456,8 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown case(s) {', '.join(unknown)} (known: {', '.join(CASES)})")
     load = load_average()
     work = Path(tempfile.mkdtemp(prefix="quality-"))
-    seeds = {n: args.seeds or CASES[n].seeds for n in names}
-    jobs = [(n, s) for n in names for s in range(seeds[n])]
+    jobs = [(n, s) for n in names for s in range(args.seeds)]
     try:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             futures = {job: pool.submit(one_seed, *job, args.trials, args.epochs, args.set,
@@ -467,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = {job: f.result() for job, f in futures.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    results = {name: summarise(CASES[name], [runs[(name, s)] for s in range(seeds[name])])
+    results = {name: summarise(CASES[name], [runs[(name, s)] for s in range(args.seeds)])
                for name in names}
     if methods == METHODS:
         block = report(results, args, load)
