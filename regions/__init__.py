@@ -48,6 +48,7 @@ _NAMES = {
     "AUTO_BATCH_SIZE": "hoptune.regions._trial_settings",
     "TRAINING_PARAMS": "hoptune.regions._trial_settings",
     "auto_batch_size": "hoptune.regions._trial_settings",
+    "region_batch_size": "hoptune.regions._trial_settings",
     "resolved_region": "hoptune.regions._trial_settings",
     "TrialSettings": "hoptune.regions._trial_settings",
     "check_training_space": "hoptune.regions._trial_settings",

@@ -20,7 +20,7 @@ from hoptune.core import ConfigError
 from hoptune.regions._schema import OPTIMIZERS, SCHEDULES, RegionConfig
 
 __all__ = ["AUTO_BATCH_SIZE", "TRAINING_PARAMS", "TrialSettings", "auto_batch_size",
-           "check_training_space", "resolved_region", "trial_settings"]
+           "check_training_space", "region_batch_size", "resolved_region", "trial_settings"]
 
 AUTO_BATCH_SIZE = 256
 """``batch_size = "auto"`` for a region of at least four times as many training rows."""
@@ -73,6 +73,13 @@ def auto_batch_size(training_rows: int) -> int:
     return batch
 
 
+def region_batch_size(region: RegionConfig, training_rows: int) -> int:
+    """The batch size a study of ``region`` over ``training_rows`` rows trains with."""
+    if region.batch_size == "auto":
+        return auto_batch_size(training_rows)
+    return region.batch_size
+
+
 def resolved_region(region: RegionConfig, manifest: Mapping[str, Any]) -> RegionConfig:
     """``region`` with its ``"auto"`` settings made what its ingested data decides: the K the
     manifest recorded, the batch size of its training rows (``auto_batch_size``).
@@ -84,7 +91,7 @@ def resolved_region(region: RegionConfig, manifest: Mapping[str, Any]) -> Region
     if region.shards == "auto":
         update["shards"] = int(manifest["shards"])
     if region.batch_size == "auto":
-        update["batch_size"] = auto_batch_size(sum(int(r) for r in manifest["rows"]))
+        update["batch_size"] = region_batch_size(region, sum(int(r) for r in manifest["rows"]))
     return region.model_copy(update=update) if update else region
 
 

@@ -32,8 +32,8 @@ from hoptune.regions import (
     AUTO_ROWS_PER_SHARD,
     RegionConfig,
     ShardChooser,
-    auto_batch_size,
     ingest,
+    region_batch_size,
 )
 
 if TYPE_CHECKING:
@@ -133,8 +133,7 @@ def shard_chooser(rt: Runtime | Callable[[], Runtime], region: RegionConfig,
         if cost is None:
             return choose_shards(rows, row_bytes, None, None, count, _memory())
         params = {**get_family(region).default_params, **region.params}
-        batch = int(params.get("batch_size", auto_batch_size(rows)
-                                if region.batch_size == "auto" else region.batch_size))
+        batch = int(params.get("batch_size", region_batch_size(region, rows)))
         parameters = parameter_count(region.model_dump(mode="json"), {"meta": meta}, params)
         per_row = cost.seconds(1, batch, parameters) - cost.overhead
         finished = [s for s in rt.db.studies() if s.state != "running"]
