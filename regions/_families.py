@@ -189,7 +189,7 @@ class _RatingMFFamily(_BuiltIn):
     name = "rating_mf"
     default_params = MappingProxyType(
         # init_std 0.01, not 0.1: on MovieLens 100k the larger start cost 0.01 to 0.04 of
-        # held-out RMSE for every tuner (README, "Defaults"; BENCHMARKS.md, bench/quality.py)
+        # held-out RMSE for every tuner (README, "How good is it"; BENCHMARKS.md, bench/quality.py)
         {"embedding_dim": 32, "reg": 1e-3, "init_std": 0.01, **_OPTIMIZER_DEFAULTS}
     )
 

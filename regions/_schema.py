@@ -132,7 +132,7 @@ class Pruner(_Frozen):
     """Successive-halving settings used by the tuner's pruner."""
 
     # 2, not 3: on MovieLens 100k it halved the gap to random search's champion at 41% of
-    # its epochs (README, "Defaults"; BENCHMARKS.md, bench/quality.py)
+    # its epochs (README, "How good is it"; BENCHMARKS.md, bench/quality.py)
     reduction_factor: Annotated[int, Strict(), Field(ge=2)] = 2
     min_epochs: Count = 1
     # judge a trial again at every rung it passed, against the values recorded there since

@@ -64,7 +64,7 @@ def auto_batch_size(training_rows: int) -> int:
 
     A small table's passes would otherwise be one or two steps each: 8 epochs of a
     ~400-row table in two shards were 16 optimizer steps at 256 a batch. Chosen on the
-    real tables of ``bench/quality.py`` (README, "Defaults"): 64 for breast cancer's and
+    real tables of ``bench/quality.py`` (README, "How good is it"): 64 for breast cancer's and
     diabetes' ~410 and ~320 training rows held out better than 256 and than 32.
     """
     batch = AUTO_BATCH_SIZE

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hoptune.core import HoptuneError, StudyError
-from hoptune.regions import Config, RegionConfig, get_family, resolved_region
+from hoptune.regions import Config, RegionConfig, get_family, region_batch_size
 from hoptune.tasks.plan._costs import parameter_count, recorded_observations
 from hoptune.tasks.plan._history import design_left, median_gaps, pruning_record
 from hoptune.tasks.plan._simulate import SimResult, SimStudy, hop_seconds_from, simulate
@@ -114,7 +114,8 @@ def _sizes(region: RegionConfig, region_config: dict[str, Any],
     trials = [default]
     if region.space:
         trials = [{**default, **p} for p in trial_sizes(region)]
-    batch = resolved_region(region, manifest).batch_size  # the new study's: "auto" resolved
+    # the new study's batch size: "auto" resolved as the study will resolve it
+    batch = region_batch_size(region, sum(int(r) for r in manifest["rows"]))
     batches = [int(p.get("batch_size", batch)) for p in trials]
     return {"rows": [int(r) for r in manifest["rows"]],
             # a hop's cost is linear in 1/batch size and in the parameter count: their means
