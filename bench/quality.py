@@ -137,8 +137,11 @@ def movielens(path: Path | None, cache: Path) -> pd.DataFrame:
                             RECBOLE, "-d", str(cache)], check=True)
             (wheel,) = cache.glob("recbole-*.whl")
             with zipfile.ZipFile(wheel) as archive:
-                path.write_bytes(archive.read(
-                    "recbole/dataset_example/ml-100k/ml-100k.inter"))
+                data = archive.read("recbole/dataset_example/ml-100k/ml-100k.inter")
+            # whole or not at all: a case that reads a half-written copy tunes other data
+            partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+            partial.write_bytes(data)
+            os.replace(partial, path)
     table = pd.read_csv(path, sep="\t")
     table.columns = [c.split(":")[0] for c in table.columns]
     return table[["user_id", "item_id", "rating"]].astype(
@@ -450,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)} (known: {', '.join(CASES)})")
+    if any(CASES[n].data == "ml100k" for n in names):
+        movielens(args.ml100k, args.cache)  # fetched here once, before the cases read it
     load = load_average()
     work = Path(tempfile.mkdtemp(prefix="quality-"))
     jobs = [(n, s) for n in names for s in range(args.seeds)]

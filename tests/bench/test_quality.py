@@ -59,3 +59,31 @@ def test_each_seed_holds_out_its_own_tenth_and_ten_seeds_every_row_once() -> Non
     assert fixed[0] == fixed[1]
     drawn = np.random.default_rng(quality.HELD_OUT_SEED).random(569) < 0.1
     assert fixed[0] == set(np.flatnonzero(drawn))
+
+
+def test_movielens_is_fetched_once_and_its_copy_written_whole(tmp_path, monkeypatch) -> None:
+    """The copy of MovieLens in the cache appears whole (written aside, then renamed): cases
+    run in parallel processes must never read half of it."""
+    import zipfile
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench import quality
+    finally:
+        sys.path.remove(str(ROOT))
+    inter = "user_id:token\titem_id:token\trating:float\ttimestamp:float\n1\t2\t4\t0\n3\t2\t5\t0\n"
+    fetched = []
+
+    def pip_download(command, check):  # noqa: ANN001, ANN202
+        fetched.append(command)
+        with zipfile.ZipFile(Path(command[-1]) / "recbole-1.2.1-py3-none-any.whl", "w") as w:
+            w.writestr("recbole/dataset_example/ml-100k/ml-100k.inter", inter)
+
+    monkeypatch.setattr(quality.subprocess, "run", pip_download)
+    for _ in range(2):
+        table = quality.movielens(None, tmp_path)
+        assert table.to_dict("list") == {"user_id": ["1", "3"], "item_id": ["2", "2"],
+                                         "rating": [4.0, 5.0]}
+    assert len(fetched) == 1  # the second read found the copy
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ml-100k.inter", "recbole-1.2.1-py3-none-any.whl"]  # nothing half-written left
