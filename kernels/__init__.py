@@ -23,6 +23,7 @@ from hoptune.kernels._bounds import (
 from hoptune.kernels._clip import clip_grad_norm_
 from hoptune.kernels._cohort import CohortAdamW, CohortSGD
 from hoptune.kernels._cupy import device_names, identity
+from hoptune.kernels._device_steps import DeviceSteps
 from hoptune.kernels._dispatch import (
     KERNEL,
     PathChoice,
@@ -58,6 +59,7 @@ __all__ = [
     "OPTIMIZERS",
     "CohortAdamW",
     "CohortSGD",
+    "DeviceSteps",
     "Comparison",
     "PathChoice",
     "FusedAdamW",

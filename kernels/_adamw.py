@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from hoptune.kernels import _dispatch, _launches, reference
 from hoptune.kernels._base import FusedOptimizer, real_view
 from hoptune.kernels._blocks import in_blocks
-from hoptune.kernels._plan import plan_step
-from hoptune.kernels._specs import ADAMW
+from hoptune.kernels._multi_tensor import step_rows
+from hoptune.kernels._plan import StepPlan, plan_step
+from hoptune.kernels._specs import ADAMW, ADAMW_ROWS
 from hoptune.kernels.reference import AdamWScalars
 
 __all__ = ["FusedAdamW"]
@@ -75,19 +78,13 @@ class FusedAdamW(FusedOptimizer):
     def _step_group(self, group: dict) -> None:
         amsgrad = bool(group["amsgrad"])
         params = list(self._params_with_grads(group))
-        plan = self._plan(group)
-        if plan is not None and plan.serves(group, params, (amsgrad,)):
-            steps = [self.state[p]["step"] for p in params]
-            grads = [p.grad for p in params]
-            if plan.holds(steps, grads):
-                beta1, beta2 = group["betas"]
-                scalars = AdamWScalars.for_step(
-                    lr=float(group["lr"]), beta1=float(beta1), beta2=float(beta2),
-                    eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
-                    step=plan.advance())
-                _launches.adamw((), plan.device, plan.dtype, scalars, amsgrad=amsgrad,
-                                maximize=bool(group["maximize"]), table=plan.table(grads))
-                return
+        plan = self._holding_plan(group, params)
+        if plan is not None:
+            scalars = self._scalars(group, plan.advance())
+            _launches.adamw((), plan.device, plan.dtype, scalars, amsgrad=amsgrad,
+                            maximize=bool(group["maximize"]),
+                            table=plan.table([p.grad for p in params]))
+            return
         self._step_unplanned(group, params, amsgrad)
         states = [self.state[p] for p in params]
         plan = plan_step(
@@ -98,6 +95,39 @@ class FusedAdamW(FusedOptimizer):
         if plan is not None and self.planned:
             plan.count_as_one(states)
         self._keep_plan(group, plan)
+
+    def _holding_plan(self, group: dict, params: list[torch.Tensor]) -> StepPlan | None:
+        plan = self._plan(group)
+        if plan is None or not plan.serves(group, params, (bool(group["amsgrad"]),)):
+            return None
+        steps = [self.state[p]["step"] for p in params]
+        return plan if plan.holds(steps, [p.grad for p in params]) else None
+
+    @staticmethod
+    def _scalars(group: dict, step: float) -> AdamWScalars:
+        """The scalars of the group's step number ``step``."""
+        beta1, beta2 = group["betas"]
+        return AdamWScalars.for_step(
+            lr=float(group["lr"]), beta1=float(beta1), beta2=float(beta2),
+            eps=float(group["eps"]), weight_decay=float(group["weight_decay"]), step=step)
+
+    def _device_step(self, group: dict, plan: StepPlan, count: int
+                     ) -> Callable[[], None] | None:
+        """``ht_adamw_rows`` over the plan's table: the scalars of steps ``plan.step + 1`` to
+        ``plan.step + count`` as rows on the device, each launch reading the next."""
+        if _dispatch.kernel_path(ADAMW_ROWS, plan.device, plan.dtype).path != _dispatch.KERNEL:
+            return None
+        rows, row = step_rows([self._scalars(group, plan.step + 1 + i).as_tuple()
+                               for i in range(count)], plan.device, plan.dtype)
+        table = plan.table([p.grad for p in plan.params])
+        amsgrad, maximize = bool(group["amsgrad"]), bool(group["maximize"])
+
+        def launch() -> None:
+            _launches.adamw_rows((), plan.device, plan.dtype, rows, row, amsgrad=amsgrad,
+                                 maximize=maximize, table=table)
+            row.add_(1)
+
+        return launch
 
     def _step_unplanned(self, group: dict, params: list[torch.Tensor], amsgrad: bool) -> None:
         """The step without a plan: each parameter's state made and counted, bucketed by
@@ -122,16 +152,8 @@ class FusedAdamW(FusedOptimizer):
             key = (slot[0].device, slot[0].dtype, float(state["step"]))
             buckets.setdefault(key, []).append(slot)
 
-        beta1, beta2 = group["betas"]
         for (device, dtype, step), slots in buckets.items():
-            scalars = AdamWScalars.for_step(
-                lr=float(group["lr"]),
-                beta1=float(beta1),
-                beta2=float(beta2),
-                eps=float(group["eps"]),
-                weight_decay=float(group["weight_decay"]),
-                step=step,
-            )
+            scalars = self._scalars(group, step)
             kernel, fallback = _dispatch.split_by_path("FusedAdamW", device, dtype, slots, ADAMW)
             if kernel:
                 _launches.adamw(kernel, device, dtype, scalars, amsgrad=amsgrad,

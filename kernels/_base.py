@@ -10,6 +10,7 @@ import torch
 __all__ = ["FusedOptimizer", "real_view"]
 
 if TYPE_CHECKING:
+    from hoptune.kernels._device_steps import DeviceSteps
     from hoptune.kernels._plan import StepPlan
 
 
@@ -53,6 +54,41 @@ class FusedOptimizer(torch.optim.Optimizer):
 
     def _step_group(self, group: dict) -> None:
         raise NotImplementedError
+
+    def _holding_plan(self, group: dict, params: list[torch.Tensor]) -> StepPlan | None:
+        """The group's plan where it serves this step of ``params`` (those with a gradient)
+        and holds for their gradients now, else None (an optimizer without plans)."""
+        return None
+
+    def _device_step(self, group: dict, plan: StepPlan, count: int
+                     ) -> Callable[[], None] | None:
+        """The launch of the group's next ``count`` steps that reads nothing from the host
+        that changes between them (``DeviceSteps``), or None where its kernel cannot."""
+        return None
+
+    def device_steps(self, count: int) -> DeviceSteps | None:
+        """The next ``count`` steps as ``DeviceSteps``, for the gradients the parameters have
+        now: where every group's step is planned and holds for them (a step was just taken
+        with them) and its kernel can take its step from the device; else None.
+
+        Meant for a pass whose gradients a CUDA graph keeps where they are: the steps hold
+        while the parameters, their gradients' addresses and the hyperparameters stay as
+        they are now. Step hooks do not run for them.
+        """
+        from hoptune.kernels._device_steps import DeviceSteps
+
+        launches, plans = [], []
+        for group in self.param_groups:
+            params = list(self._params_with_grads(group))
+            if not params:
+                continue
+            plan = self._holding_plan(group, params)
+            launch = None if plan is None else self._device_step(group, plan, count)
+            if launch is None:
+                return None
+            launches.append(launch)
+            plans.append(plan)
+        return DeviceSteps(launches, plans, count) if launches else None
 
     def _params_with_grads(self, group: dict) -> Iterator[torch.Tensor]:
         """The group's parameters that have a gradient; sparse gradients are refused."""

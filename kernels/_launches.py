@@ -18,12 +18,14 @@ from hoptune.kernels._multi_tensor import (
     PointerTable,
     device_table,
     pointer_table,
+    to_device_reals,
     vector_width,
 )
 from hoptune.kernels._source import KernelSpec
 from hoptune.kernels._specs import (
     ADAMW,
     ADAMW_COHORT,
+    ADAMW_ROWS,
     SCALE,
     SCALED_SIGMOID,
     SCALED_SIGMOID_GRAD,
@@ -38,6 +40,7 @@ __all__ = [
     "Launcher",
     "adamw",
     "adamw_cohort",
+    "adamw_rows",
     "dtype_name",
     "run",
     "scale",
@@ -131,6 +134,25 @@ def adamw(
     _multi_tensor(ADAMW, ADAMW_ROLES, slots, device, dtype, extra, launch, table)
 
 
+def adamw_rows(
+    slots: Sequence[Slot],
+    device: torch.device,
+    dtype: torch.dtype,
+    rows: torch.Tensor,
+    row: torch.Tensor,
+    *,
+    amsgrad: bool,
+    maximize: bool,
+    launch: Launcher | None = None,
+    table: PointerTable | None = None,
+) -> None:
+    """``adamw`` with the step's scalars row ``row[0]`` of ``rows`` (steps x ``ADAMW_FIELDS``,
+    ``dtype``, on ``device``): nothing in the launch comes from the host that changes from
+    one step to the next."""
+    extra = {"rows": rows, "row": row, "amsgrad": int(amsgrad), "maximize": int(maximize)}
+    _multi_tensor(ADAMW_ROWS, ADAMW_ROLES, slots, device, dtype, extra, launch, table)
+
+
 def sgd(
     slots: Sequence[Slot],
     device: torch.device,
@@ -169,9 +191,8 @@ def _cohort(
     n_trials = len(rows[0])
     kept = [s for s in slots if s[0] is not None and s[0].numel() > 0]
     per_trial = device_table(tuple(s[0].numel() // n_trials for s in kept) + (1,), device)
-    table = torch.tensor(rows, dtype=torch.float64).to(dtype).reshape(-1)
-    table = table.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else table
-    cohort = {"per_trial": per_trial, "scalars": table, "n_trials": n_trials}
+    cohort = {"per_trial": per_trial, "scalars": to_device_reals(rows, device, dtype),
+              "n_trials": n_trials}
     _multi_tensor(spec, roles, kept, device, dtype, {**cohort, **extra}, launch)
 
 

@@ -19,7 +19,7 @@ from hoptune.kernels._cupy import keep_for_launches
 
 __all__ = ["MAX_CHUNKS", "MIN_CHUNK_SHIFT", "VECTOR_BYTES", "PointerTable", "aligned_width",
            "chunk_shift", "device_table", "placed_table", "pointer_table", "to_device",
-           "vector_width"]
+           "step_rows", "to_device_reals", "vector_width"]
 
 #: The smallest chunk is a warp's 32 indices, so a warp never reads two table entries.
 MIN_CHUNK_SHIFT = 5
@@ -154,3 +154,24 @@ def to_device(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
     if device.type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def to_device_reals(rows: Sequence[Sequence[float]], device: torch.device, dtype: torch.dtype
+                    ) -> torch.Tensor:
+    """rows of host floats as one flat ``dtype`` tensor on device, row after row: each number
+    rounded once from its double, as a kernel's scalar argument is. On CUDA the copy goes
+    through pinned memory without blocking the host, as ``to_device``'s."""
+    host = torch.tensor(rows, dtype=torch.float64).to(dtype).reshape(-1)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def step_rows(rows: Sequence[Sequence[float]], device: torch.device, dtype: torch.dtype
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A table of one row of scalars per step, as ``dtype`` on ``device`` (each number
+    rounded once from the host's double, as a kernel's scalar argument is), and the counter
+    (int64, 0) of the row the next step reads; both kept for launches."""
+    table = to_device_reals(rows, device, dtype)
+    row = torch.zeros(1, dtype=torch.int64, device=device)
+    return keep_for_launches(table), keep_for_launches(row)

@@ -3,7 +3,8 @@
 Every kernel runs once, through the same launch functions a hop uses
 (``_launches``), on a few thousand elements in every dtype and every option
 combination a hop can ask for (AdamW with and without amsgrad and weight
-decay, at a first and a later step; SGD without momentum, with momentum, with
+decay, at a first and a later step, its scalars from the host or from a
+table on the device; SGD without momentum, with momentum, with
 Nesterov, first and later steps; the scaled sigmoid forward and backward,
 with large, infinite and NaN inputs; the clipping scale), and is compared
 with its torch reference on the same device by ``agreement``, under the
@@ -32,6 +33,7 @@ from hoptune.kernels._bounds import (
 )
 from hoptune.kernels._error_model import compare_by_bound
 from hoptune.kernels._launches import Launcher
+from hoptune.kernels._multi_tensor import step_rows
 from hoptune.kernels._source import KernelSpec
 from hoptune.kernels.reference import AdamWScalars, SGDScalars
 
@@ -91,7 +93,7 @@ class Check:
 def _bound(check: Check) -> torch.Tensor:
     """The error model's bound on |kernel - reference| for check's output, element by element."""
     i, o = check.inputs, check.options
-    if check.kernel == "ht_adamw":
+    if check.kernel in ("ht_adamw", "ht_adamw_rows"):
         return adamw_bound(i["param"], i["grad"], i["exp_avg"], i["exp_avg_sq"],
                            i["max_exp_avg_sq"], o["scalars"], maximize=o["maximize"]
                            )[check.output]
@@ -231,6 +233,24 @@ def _adamw(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
                             slots, device, d, s, amsgrad=a, maximize=False, launch=launch),
                         lambda *slot, s=scalars: reference.adamw_step_(*slot, s),
                         {"scalars": scalars, "maximize": False}, aligned=step == 1)
+
+
+def _adamw_rows(device: torch.device, launch: Launcher | None) -> Iterator[Check]:
+    """A table of a first and a tenth step's scalars on the device, the launch told to read
+    the tenth's (row 1)."""
+    steps = [AdamWScalars.for_step(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                                   weight_decay=0.01, step=step) for step in (1, 10)]
+    for dtype in DTYPES:
+        rows, row = step_rows([s.as_tuple() for s in steps], device, dtype)
+        row.fill_(1)
+        for amsgrad in (False, True):
+            # without amsgrad aligned (vectors), with it not (elements)
+            yield from _adamw_checks(
+                "ht_adamw_rows", functools.partial(_inputs, device, dtype), amsgrad,
+                lambda slots, a=amsgrad, d=dtype, r=rows, w=row: _launches.adamw_rows(
+                    slots, device, d, r, w, amsgrad=a, maximize=False, launch=launch),
+                lambda *slot: reference.adamw_step_(*slot, steps[1]),
+                {"scalars": steps[1], "maximize": False}, aligned=not amsgrad)
 
 
 def _adamw_checks(kernel: str, inputs: Callable[..., list[torch.Tensor]], amsgrad: bool,
@@ -383,4 +403,5 @@ CASES: dict[str, Callable[[torch.device, Launcher | None], Iterator[Check]]] = {
     "ht_scaled_sigmoid_grad": _scaled_sigmoid_grad,
     "ht_adamw_cohort": _adamw_cohort,
     "ht_sgd_cohort": _sgd_cohort,
+    "ht_adamw_rows": _adamw_rows,
 }

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from hoptune.kernels import _dispatch, _launches, reference
 from hoptune.kernels._base import FusedOptimizer, real_view
 from hoptune.kernels._blocks import in_blocks
-from hoptune.kernels._plan import plan_step
+from hoptune.kernels._plan import StepPlan, plan_step
 from hoptune.kernels._specs import SGD
 from hoptune.kernels.reference import SGDScalars
 
@@ -62,28 +64,47 @@ class FusedSGD(FusedOptimizer):
     def _step_group(self, group: dict) -> None:
         momentum = float(group["momentum"])
         params = list(self._params_with_grads(group))
-        options = (momentum != 0,)
-        plan = self._plan(group)
-        if plan is not None and plan.serves(group, params, options):
-            grads = [p.grad for p in params]
-            buffers = ([self.state[p].get("momentum_buffer") for p in params] if options[0]
-                       else [None] * len(params))  # without momentum no state is read
-            if plan.holds(buffers, grads):
-                plan.advance()
-                scalars = SGDScalars.for_group(
-                    lr=float(group["lr"]), weight_decay=float(group["weight_decay"]),
-                    momentum=momentum, dampening=float(group["dampening"]))
-                _launches.sgd((), plan.device, plan.dtype, scalars,
-                              nesterov=bool(group["nesterov"]), first_step=False,
-                              maximize=bool(group["maximize"]), table=plan.table(grads))
-                return
+        plan = self._holding_plan(group, params)
+        if plan is not None:
+            plan.advance()
+            self._planned_launch(group, plan)()
+            return
         self._step_unplanned(group, params, momentum)
         buffers = [self.state[p].get("momentum_buffer") if momentum != 0 else None
                    for p in params]
         # the plan holds while these are the parameters' buffers
-        plan = plan_step(SGD, group, params, [buffers], [], options, _launches.SGD_ROLES,
+        plan = plan_step(SGD, group, params, [buffers], [], (momentum != 0,), _launches.SGD_ROLES,
                          watched=buffers)
         self._keep_plan(group, plan)
+
+    def _holding_plan(self, group: dict, params: list[torch.Tensor]) -> StepPlan | None:
+        momentum = float(group["momentum"]) != 0
+        plan = self._plan(group)
+        if plan is None or not plan.serves(group, params, (momentum,)):
+            return None
+        buffers = ([self.state[p].get("momentum_buffer") for p in params] if momentum
+                   else [None] * len(params))  # without momentum no state is read
+        return plan if plan.holds(buffers, [p.grad for p in params]) else None
+
+    def _planned_launch(self, group: dict, plan: StepPlan) -> Callable[[], None]:
+        """The launch of a planned step over the gradients the parameters have now: the
+        same arguments at every step (SGD's scalars do not change with the step count)."""
+        scalars = SGDScalars.for_group(
+            lr=float(group["lr"]), weight_decay=float(group["weight_decay"]),
+            momentum=float(group["momentum"]), dampening=float(group["dampening"]))
+        table = plan.table([p.grad for p in plan.params])
+        nesterov, maximize = bool(group["nesterov"]), bool(group["maximize"])
+
+        def launch() -> None:
+            _launches.sgd((), plan.device, plan.dtype, scalars, nesterov=nesterov,
+                          first_step=False, maximize=maximize, table=table)
+
+        return launch
+
+    def _device_step(self, group: dict, plan: StepPlan, count: int
+                     ) -> Callable[[], None] | None:
+        """The planned launch itself: nothing in it changes from step to step."""
+        return self._planned_launch(group, plan)
 
     def _step_unplanned(self, group: dict, params: list[torch.Tensor], momentum: float
                         ) -> None:

@@ -9,11 +9,16 @@ in place.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hoptune.kernels._source import KernelSpec, Param
+from hoptune.kernels.reference import AdamWScalars
 
 __all__ = [
     "ADAMW",
     "ADAMW_COHORT",
+    "ADAMW_FIELDS",
+    "ADAMW_ROWS",
     "ALL",
     "SCALE",
     "SCALED_SIGMOID",
@@ -85,17 +90,22 @@ for (long long k = k0; k < k0 + vector && k < n; ++k) {{
 }}"""
 
 
+#: An AdamW launch's tensors: a pointer row per role, the table placing them, the vector.
+_ADAMW_TENSORS = (
+    _raw("params"),
+    _raw("grads"),
+    _raw("exp_avgs"),
+    _raw("exp_avg_sqs"),
+    _raw("max_exp_avg_sqs"),
+    *_table(),
+    _scalar("vector", "int32"),
+)
+
 ADAMW = KernelSpec(
     name="ht_adamw",
     headers=("multi_tensor.cuh", "adamw.cuh"),
     inputs=(
-        _raw("params"),
-        _raw("grads"),
-        _raw("exp_avgs"),
-        _raw("exp_avg_sqs"),
-        _raw("max_exp_avg_sqs"),
-        *_table(),
-        _scalar("vector", "int32"),
+        *_ADAMW_TENSORS,
         _scalar("decay"),
         _scalar("one_minus_beta1"),
         _scalar("beta2"),
@@ -116,6 +126,36 @@ HT_FN(ht_adamw_step)(p_params, *p_grads, p_exp_avgs, p_exp_avg_sqs,
     decay, one_minus_beta1, beta2, one_minus_beta2, neg_step_size,
     bias_correction2_sqrt, eps, amsgrad, maximize)
 """),
+)
+
+#: AdamWScalars' fields, in the order of a row of ADAMW_ROWS' ``rows`` (``ht_adamw`` takes
+#: them as scalar parameters of the same names).
+ADAMW_FIELDS = tuple(f.name for f in dataclasses.fields(AdamWScalars))
+
+
+def _row_scalars(fields: tuple[str, ...]) -> str:
+    """The scalars of one step, read from row ``row[0]`` of the ``rows`` table."""
+    return f"const long long at = row[0] * {len(fields)};\n" + "".join(
+        f"const HT_REAL {name} = rows[at + {j}];\n" for j, name in enumerate(fields))
+
+
+# ADAMW with its step's scalars read from device memory: ``rows`` holds one row of
+# ADAMW_FIELDS per step prepared (``kernels.DeviceSteps``) and ``row[0]`` says which this step
+# takes, so a launch needs nothing from the host that changes from step to step and can be
+# recorded once in a CUDA graph and replayed. The arithmetic is ht_adamw's, on the same
+# numbers: a step is bitwise the host-scalar launch of the same step.
+ADAMW_ROWS = KernelSpec(
+    name="ht_adamw_rows",
+    headers=("multi_tensor.cuh", "adamw.cuh"),
+    inputs=(
+        *_ADAMW_TENSORS,
+        _raw("rows", "real"),
+        _raw("row"),
+        _scalar("amsgrad", "int32"),
+        _scalar("maximize", "int32"),
+    ),
+    outputs=(),
+    operation=_row_scalars(ADAMW_FIELDS) + ADAMW.operation,
 )
 
 SGD = KernelSpec(
@@ -220,5 +260,6 @@ SCALED_SIGMOID_GRAD = KernelSpec(
 )
 
 ALL: tuple[KernelSpec, ...] = (
-    ADAMW, SGD, SCALE, SCALED_SIGMOID, SCALED_SIGMOID_GRAD, ADAMW_COHORT, SGD_COHORT
+    ADAMW, SGD, SCALE, SCALED_SIGMOID, SCALED_SIGMOID_GRAD, ADAMW_COHORT, SGD_COHORT,
+    ADAMW_ROWS,
 )

@@ -10,13 +10,26 @@ the second batch's gather, forward and backward once in a CUDA graph, and
 for every later batch of the full size copies the batch's row indices into
 the graph's input and replays it: the same kernels on the same addresses, so
 the gradients, and the weights the optimizer makes of them, are bit for bit
-those of the eager steps. The optimizer's step, gradient clipping and the
-loss's sum stay outside the graph (the fused step is one launch, planned
-once: ``kernels._plan``). The last, smaller batch runs eagerly.
+those of the eager steps. The last, smaller batch runs eagerly.
+
+The optimizer's step after a replayed backward (with gradient clipping
+before it) is a second capture: a fused optimizer's planned step is one
+launch (``kernels._plan``), but AdamW's scalars change with the step count,
+so after the first replay, its gradients now where the graph keeps them,
+the pass asks the optimizer for its remaining steps from the device
+(``FusedOptimizer.device_steps``: the scalars of each step as rows of a
+table on the device, read at a counter the step advances), takes the first
+of them from Python, records it, and replays that record after every later
+replayed backward: per full batch, an index copy and two replays, with
+nothing computed on the host but the step counts. The step is bitwise the
+planned step it stands for. An optimizer that cannot take its steps from the
+device (torch's own, a cohort's) steps from Python after each replay, as
+before. The loss's sum stays outside the graphs.
 
 A capture that fails (a model that synchronises with the host, an operation
 CUDA cannot record) costs nothing but the attempt: the step runs eagerly,
-the pass goes on eagerly, and the reason is logged once per reason.
+the pass goes on eagerly (or, for the optimizer's capture, launches its
+device steps from Python), and the reason is logged once per reason.
 ``HOPTUNE_CUDA_GRAPHS=off`` turns capture off.
 """
 
@@ -33,6 +46,8 @@ from hoptune.core import ConfigError
 
 if TYPE_CHECKING:
     import torch
+
+    from hoptune.kernels import DeviceSteps
 
 __all__ = ["GRAPHS_VARIABLE", "CaptureChoice", "capture_choice", "graphs_mode", "run_steps"]
 
@@ -94,18 +109,15 @@ class _Graph:
         return self.losses
 
 
-def _capture(index: torch.Tensor, step: Callable[[torch.Tensor], torch.Tensor],
-             params: Sequence[torch.Tensor]) -> _Graph | str:
-    """``step(index)`` (gather, forward, backward: the detached losses) recorded in a CUDA
-    graph on a side stream, or why it could not be. Nothing recorded has run yet."""
+def _record(work: Callable[[], object], device: torch.device
+            ) -> tuple[torch.cuda.CUDAGraph, object] | str:
+    """``work()`` recorded in a CUDA graph on a side stream, with what it returned, or why
+    it could not be. Nothing recorded has run yet."""
     import torch  # here: a command that only checks the setting (graphs_mode) imports no torch
 
-    static = index.clone()
-    for p in params:
-        p.grad = None  # the backward's gradients are made in the graph's memory, then kept
     graph = torch.cuda.CUDAGraph()
-    ambient = torch.cuda.current_stream(index.device)
-    side = torch.cuda.Stream(index.device)
+    ambient = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
     side.wait_stream(ambient)
     try:
         with torch.cuda.stream(side):
@@ -113,19 +125,69 @@ def _capture(index: torch.Tensor, step: Callable[[torch.Tensor], torch.Tensor],
             # and the worker's other threads (its checkpoint writer) go on unhindered
             graph.capture_begin(capture_error_mode="thread_local")
             try:
-                losses = step(static)
+                made = work()
             except Exception:
-                with contextlib.suppress(Exception):  # the step's error is the one to tell
+                with contextlib.suppress(Exception):  # the work's error is the one to tell
                     graph.capture_end()
                 raise
             graph.capture_end()
-    except Exception as exc:  # noqa: BLE001 - any failure means: train eagerly
-        for p in params:
-            p.grad = None
-        torch.cuda.synchronize(index.device)
+    except Exception as exc:  # noqa: BLE001 - any failure means: run it eagerly
+        torch.cuda.synchronize(device)
         return f"{type(exc).__name__}: {exc}".splitlines()[0]
     ambient.wait_stream(side)
+    return graph, made
+
+
+def _capture(index: torch.Tensor, step: Callable[[torch.Tensor], torch.Tensor],
+             params: Sequence[torch.Tensor]) -> _Graph | str:
+    """``step(index)`` (gather, forward, backward: the detached losses) recorded in a CUDA
+    graph, or why it could not be. Nothing recorded has run yet."""
+    static = index.clone()
+    for p in params:
+        p.grad = None  # the backward's gradients are made in the graph's memory, then kept
+    made = _record(lambda: step(static), index.device)
+    if isinstance(made, str):
+        for p in params:
+            p.grad = None
+        return made
+    graph, losses = made
     return _Graph(graph, static, losses)
+
+
+class _OptimizerSteps:
+    """The clipping and optimizer steps after a pass's replayed batches: ``DeviceSteps`` (the
+    optimizer's next steps, nothing in them from the host), each after ``after_backward``;
+    the first taken from Python (it readies what a capture needs), and recorded then, each
+    later one a replay of that record. Where the capture fails, every one from Python."""
+
+    def __init__(self, steps: DeviceSteps, after_backward: Callable[[], None] | None,
+                 device: torch.device) -> None:
+        self.steps, self.after_backward, self.device = steps, after_backward, device
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.tried = False
+
+    def _work(self) -> None:
+        if self.after_backward is not None:
+            self.after_backward()
+        self.steps.step()
+
+    def take(self) -> None:
+        """One step: the record replayed, or the work run (and, the first time, recorded)."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self._work()
+            if not self.tried:
+                self.tried = True
+                made = _record(self._work, self.device)
+                if isinstance(made, str):
+                    _log_once(f"CUDA graphs: optimizer steps launched from Python, their "
+                              f"capture failed ({made})")
+                else:
+                    self.graph = made[0]
+                    _log_once("CUDA graphs: each pass's clipping and optimizer step captured "
+                              "once and replayed after each replayed backward")
+        self.steps.counted()
 
 
 def _log_once(message: str) -> None:
@@ -145,13 +207,20 @@ def run_steps(indices: Iterable[torch.Tensor], step: Callable[[torch.Tensor], to
     each step then runs ``after_backward`` (clipping) and the optimizer, and
     adds its losses times its rows (``rows_of(index)``) to ``totals``, on the
     device. Full batches after the first replay a captured ``step`` where
-    ``choice`` says so and the capture succeeds.
+    ``choice`` says so and the capture succeeds; after the first of them, where
+    the optimizer can take its next steps from the device (``device_steps``),
+    clipping and optimizer step are replayed from a capture of their own.
     """
+    batches = list(indices) if choice.capture else indices
+    full_batches = (sum(1 for i in batches if i.shape == batches[0].shape)
+                    if choice.capture and batches else 0)
     graph: _Graph | None = None
+    steps: _OptimizerSteps | None = None
     tried = not choice.capture
+    prepared = False
     full: torch.Size | None = None
-    samples = 0
-    for index in indices:
+    samples = seen_full = 0
+    for index in batches:
         if full is None:
             full = index.shape
         losses = None
@@ -164,19 +233,44 @@ def run_steps(indices: Iterable[torch.Tensor], step: Callable[[torch.Tensor], to
                 graph = made
                 _log_once("CUDA graphs: each pass's gather, forward and backward captured "
                           "once and replayed for its full batches")
-        if graph is not None and index.shape == full:
+        replayed = graph is not None and index.shape == full
+        if replayed:
             losses = graph.run(index)
         if losses is None:
             for p in params:
                 p.grad = None
             losses = step(index)
-        if after_backward is not None:
-            after_backward()
-        optimizer.step()
+        if replayed and steps is not None:
+            steps.take()
+        else:
+            if after_backward is not None:
+                after_backward()
+            optimizer.step()
+            if replayed and not prepared:  # the gradients are where the graph keeps them
+                prepared = True
+                steps = _prepare_steps(optimizer, full_batches - seen_full - 1, after_backward,
+                                       index.device)
         n = rows_of(index)
         totals += losses.double() * n
         samples += n
+        seen_full += index.shape == full
     if graph is not None:
         for p in params:
             p.grad = None  # the graph's memory goes with it
     return samples
+
+
+def _prepare_steps(optimizer: torch.optim.Optimizer, count: int,
+                   after_backward: Callable[[], None] | None, device: torch.device
+                   ) -> _OptimizerSteps | None:
+    """The optimizer's next ``count`` steps from the device, where it can take them and
+    there are enough to repay a capture (two or more); else None, and it steps as always."""
+    device_steps = getattr(optimizer, "device_steps", None)
+    if count < 2 or device_steps is None:
+        return None
+    prepared = device_steps(count)
+    if prepared is None:
+        _log_once(f"CUDA graphs: optimizer steps launched from Python ({type(optimizer).__name__}"
+                  f" cannot take its steps from the device here)")
+        return None
+    return _OptimizerSteps(prepared, after_backward, device)

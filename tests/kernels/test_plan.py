@@ -185,3 +185,82 @@ def test_host_work_only_takes_the_kernel_path_and_updates_nothing_while_it_lasts
         assert all(torch.equal(p, b) for p, b in zip(params, before, strict=True))
     optimizer.step()  # the reference path again: the parameters move
     assert not torch.equal(params[0], before[0])
+
+
+def _grads_in_place(params: list[torch.Tensor], step: int) -> None:
+    """Step ``step``'s gradients written into the tensors the parameters hold, as a captured
+    backward writes them: their addresses stay."""
+    for p, grad in zip(params, _grads(params, step), strict=True):
+        p.grad.copy_(grad)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_device_steps_are_bitwise_the_planned_steps_they_stand_for(kernel_path_on_cpu,
+                                                                   name) -> None:
+    (pa, a), (pb, b) = _twins(OPTIMIZERS[name])
+    _step_both(a, b, pa, pb, 0)  # a's first step makes its plan
+    for params in (pa, pb):
+        _grads_in_place(params, 1)
+    a.step()
+    b.step()
+    steps = a.device_steps(4)
+    assert steps is not None
+    kernel_path_on_cpu.launches.clear()
+    for step in range(2, 6):
+        for params in (pa, pb):
+            _grads_in_place(params, step)
+        steps.step()
+        steps.counted()
+        b.step()
+        _assert_same(a, b, pa, pb)  # the step counts of the state too
+    # AdamW's steps read their scalars from the table on the device; SGD's are the planned
+    # launch itself; b's unplanned steps are launched from the host's scalars
+    launched = [k for k, _ in kernel_path_on_cpu.launches]
+    if name.startswith("adamw"):
+        assert launched.count("ht_adamw_rows_float32") == 4
+    else:
+        assert launched.count("ht_sgd_float32") == 8
+    for step in range(6, 8):  # and a's planned steps go on from the count the steps left
+        _step_both(a, b, pa, pb, step)
+        _assert_same(a, b, pa, pb)
+
+
+def test_device_steps_need_a_plan_that_holds_on_the_kernel_path(kernel_path_on_cpu) -> None:
+    params = _params()
+    optimizer = OPTIMIZERS["adamw"](params)
+    for p, grad in zip(params, _grads(params, 0), strict=True):
+        p.grad = grad
+    assert optimizer.device_steps(3) is None  # no step taken: nothing planned
+    optimizer.step()
+    assert optimizer.device_steps(3) is not None
+    params[0].grad = params[0].grad.t().contiguous().t()  # a gradient the kernel cannot read
+    assert optimizer.device_steps(3) is None
+    unplanned = OPTIMIZERS["adamw"](params)
+    unplanned.planned = False
+    params[0].grad = params[0].grad.contiguous()
+    unplanned.step()
+    assert unplanned.device_steps(3) is None
+
+
+def test_device_steps_are_none_on_the_reference_path() -> None:
+    params = _params()
+    optimizer = OPTIMIZERS["adamw"](params)
+    for p, grad in zip(params, _grads(params, 0), strict=True):
+        p.grad = grad
+    optimizer.step()
+    assert optimizer.device_steps(3) is None
+
+
+def test_more_device_steps_than_prepared_are_refused(kernel_path_on_cpu) -> None:
+    params = _params()
+    optimizer = OPTIMIZERS["adamw"](params)
+    for p, grad in zip(params, _grads(params, 0), strict=True):
+        p.grad = grad
+    optimizer.step()
+    steps = optimizer.device_steps(2)
+    for _ in range(2):
+        steps.step()
+        steps.counted()
+    assert float(optimizer.state[params[0]]["step"]) == 3.0
+    with pytest.raises(RuntimeError, match="the 2 steps prepared are all taken"):
+        steps.counted()

@@ -1,9 +1,11 @@
 """On a GPU, a pass that replays a captured forward and backward trains bit for bit as the
 eager pass does, for a single trial and for a cohort (tasks.hop._steps).
 
-A replay runs the kernels of the capture on the same addresses, the optimizer
-runs outside the graph as in an eager step, and deterministic algorithms are
-on (as in every process that trains on a GPU): so the error bound between the
+A replay runs the kernels of the capture on the same addresses, the optimizer's
+step after a replay is the planned step's launch with its scalars read from
+the device (a graph of its own for a single trial; the cohort optimizers step
+from Python), and deterministic algorithms are on (as in every process that
+trains on a GPU): so the error bound between the
 two is zero, and weights, optimizer states and losses must be equal. Run with
 ``python -m pytest -m gpu tests`` (GPU.md); skipped without a CUDA device.
 """
@@ -34,18 +36,30 @@ def deterministic():  # noqa: ANN201
     torch.use_deterministic_algorithms(False)  # as the other tests of this process expect
 
 
-@pytest.fixture
-def captures(monkeypatch) -> list[object]:
-    """What each capture of the test made: a graph, or why it failed."""
+def _recorded(monkeypatch, name: str) -> list[object]:  # noqa: ANN001
+    """What each call of ``_steps.<name>`` returned in the test, in order."""
     made: list[object] = []
-    real = _steps._capture
+    real = getattr(_steps, name)
 
-    def capture(*args):  # noqa: ANN002, ANN202
+    def recording(*args):  # noqa: ANN002, ANN202
         made.append(real(*args))
         return made[-1]
 
-    monkeypatch.setattr(_steps, "_capture", capture)
+    monkeypatch.setattr(_steps, name, recording)
     return made
+
+
+@pytest.fixture
+def captures(monkeypatch) -> list[object]:
+    """What each capture of the test made: a graph, or why it failed."""
+    return _recorded(monkeypatch, "_capture")
+
+
+@pytest.fixture
+def optimizer_steps(monkeypatch) -> list[object]:
+    """What each pass prepared for its optimizer's steps after its first replay: the
+    steps (recorded in a graph of their own, or launched from Python), or None."""
+    return _recorded(monkeypatch, "_prepare_steps")
 
 
 def _members(region, count: int) -> list[Member]:  # noqa: ANN001
@@ -70,7 +84,7 @@ def _shards() -> list[dict[str, torch.Tensor]]:
 
 
 def test_a_captured_pass_trains_bitwise_as_the_eager_pass(deterministic, captures,
-                                                          monkeypatch) -> None:
+                                                          optimizer_steps, monkeypatch) -> None:
     region = _region()
     shards = _shards()
     (base,) = _members(region, 1)
@@ -83,6 +97,9 @@ def test_a_captured_pass_trains_bitwise_as_the_eager_pass(deterministic, capture
                   for e, order in enumerate([[0, 1], [1, 0]]) for p, s in enumerate(order)]
         runs[mode] = (m, losses)
     assert len(captures) == 4 and all(isinstance(c, _steps._Graph) for c in captures), captures
+    # each pass's clipping and optimizer steps after its first replay: one graph of their own
+    assert len(optimizer_steps) == 4, optimizer_steps
+    assert all(s is not None and s.graph is not None for s in optimizer_steps), optimizer_steps
     assert runs["auto"][1] == runs["off"][1]
     _assert_same(runs["auto"][0], runs["off"][0])
 

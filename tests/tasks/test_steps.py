@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from hoptune.core import ConfigError
-from hoptune.kernels import FusedAdamW
+from hoptune.kernels import FusedAdamW, clip_grad_norm_
 from hoptune.tasks.hop import _steps
 from hoptune.tasks.hop._steps import CaptureChoice, capture_choice, graphs_mode, run_steps
+from tests.host_build import fresh_log, host_kernels, kernel_path_on_cpu  # noqa: F401 - fixtures
 
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
@@ -43,11 +44,13 @@ def test_the_mode_is_auto_or_off_and_anything_else_names_the_variable() -> None:
 
 class FakeGraph:
     """``_capture``'s contract on the CPU: nothing runs at the capture; each replay runs the
-    recorded step on the static index the batch was copied into, its losses in one tensor."""
+    recorded step on the static index the batch was copied into, its losses in one tensor
+    and its gradients in the tensors the first replay made (a graph's stay where they are)."""
 
     def __init__(self, index: torch.Tensor, step, params) -> None:  # noqa: ANN001
         self.index, self.step, self.params = index.clone(), step, params
         self.losses: torch.Tensor | None = None
+        self.grads: list[torch.Tensor] | None = None
         self.replayed: list[list[int]] = []
 
     def run(self, index: torch.Tensor) -> torch.Tensor:
@@ -58,13 +61,17 @@ class FakeGraph:
         losses = self.step(self.index)
         if self.losses is None:
             self.losses = torch.empty_like(losses)
+            self.grads = [p.grad for p in self.params]
         self.losses.copy_(losses)
+        for p, kept in zip(self.params, self.grads, strict=True):
+            kept.copy_(p.grad)
+            p.grad = kept
         return self.losses
 
 
-def _training(seed: int = 0):  # noqa: ANN202
+def _training(seed: int = 0, rows: int = 23):  # noqa: ANN202
     g = torch.Generator().manual_seed(seed)
-    x, y = torch.randn(23, 4, generator=g), torch.randn(23, generator=g)
+    x, y = torch.randn(rows, 4, generator=g), torch.randn(rows, generator=g)
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     optimizer = FusedAdamW(model.parameters(), lr=0.01)
@@ -76,18 +83,22 @@ def _training(seed: int = 0):  # noqa: ANN202
         loss.backward()
         return loss.detach()
 
-    order = torch.randperm(23, generator=torch.Generator().manual_seed(5))
-    indices = [order[i:i + 5] for i in range(0, 23, 5)]  # 4 full batches of 5, then 3 rows
+    order = torch.randperm(rows, generator=torch.Generator().manual_seed(5))
+    # 23 rows: 4 full batches of 5, then 3 rows
+    indices = [order[i:i + 5] for i in range(0, rows, 5)]
     return model, optimizer, step, indices, eager
 
 
-def _run(choice: CaptureChoice, capture=None, monkeypatch=None):  # noqa: ANN001, ANN202
-    model, optimizer, step, indices, eager = _training()
+def _run(choice: CaptureChoice, capture=None, monkeypatch=None, rows: int = 23,  # noqa: ANN001, ANN202
+         clip: float | None = None):
+    model, optimizer, step, indices, eager = _training(rows=rows)
     if capture is not None:
         monkeypatch.setattr(_steps, "_capture", capture)
+    params = list(model.parameters())
     total = torch.zeros((), dtype=torch.float64)
-    samples = run_steps(indices, step, list(model.parameters()), optimizer, total, len,
-                        choice=choice)
+    samples = run_steps(indices, step, params, optimizer, total, len, choice=choice,
+                        after_backward=None if clip is None
+                        else lambda: clip_grad_norm_(params, clip))
     return model, total, samples, indices, eager
 
 
@@ -143,3 +154,67 @@ def test_a_pass_without_capture_never_tries(monkeypatch) -> None:
 
     _, _, samples, indices, eager = _run(CaptureChoice(False, "cpu"), capture, monkeypatch)
     assert samples == 23 and eager == [i.tolist() for i in indices]
+
+
+class FakeRecord:
+    """``_record``'s contract on the CPU: nothing runs when the work is recorded; each replay
+    runs it again."""
+
+    def __init__(self, work) -> None:  # noqa: ANN001
+        self.work, self.replays = work, 0
+
+    def replay(self) -> None:
+        self.replays += 1
+        self.work()
+
+
+@pytest.mark.parametrize("clip", [None, 0.05], ids=["no-clip", "clip"])
+def test_optimizer_steps_after_the_first_replay_are_one_record_bitwise_like_eager_steps(
+        monkeypatch, kernel_path_on_cpu, clip) -> None:  # noqa: F811 - the fixture
+    made: list[FakeGraph] = []
+    records: list[FakeRecord] = []
+
+    def capture(index, step, params):  # noqa: ANN001, ANN202
+        made.append(FakeGraph(index, step, params))
+        return made[-1]
+
+    def record(work, device):  # noqa: ANN001, ANN202
+        records.append(FakeRecord(work))
+        return records[-1], None
+
+    monkeypatch.setattr(_steps, "_record", record)
+    # 33 rows: 6 full batches of 5, then 3 rows
+    eager_model, eager_total, _, _, _ = _run(CaptureChoice(False, "test"), rows=33, clip=clip)
+    eager_launches = [k for k, _ in kernel_path_on_cpu.launches]
+    kernel_path_on_cpu.launches.clear()
+    model, total, samples, indices, eager = _run(CaptureChoice(True, "test"), capture,
+                                                 monkeypatch, rows=33, clip=clip)
+    (graph,), (steps,) = made, records
+    assert graph.replayed == [i.tolist() for i in indices[1:6]]
+    # batch 1's step from the host's scalars; batch 2's from the device's rows, recorded
+    # then; batches 3 to 5 replay that record
+    assert steps.replays == 3
+    launched = [k for k, _ in kernel_path_on_cpu.launches]
+    assert launched.count("ht_adamw_rows_float32") == 4
+    assert launched.count("ht_adamw_float32") == eager_launches.count("ht_adamw_float32") - 4
+    assert launched.count("ht_scale_float32") == eager_launches.count("ht_scale_float32")
+    assert samples == 33 and torch.equal(total, eager_total)
+    for a, b in zip(model.parameters(), eager_model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_optimizer_steps_whose_record_fails_run_from_python(monkeypatch, kernel_path_on_cpu,  # noqa: F811
+                                                            caplog) -> None:
+    caplog.set_level(logging.INFO, logger=_steps.__name__)
+    monkeypatch.setattr(_steps, "_logged", set())
+    monkeypatch.setattr(_steps, "_capture", lambda index, step, params: FakeGraph(
+        index, step, params))
+    monkeypatch.setattr(_steps, "_record", lambda work, device: "RuntimeError: no capture")
+    eager_model, eager_total, _, _, _ = _run(CaptureChoice(False, "test"), rows=33)
+    model, total, _, _, _ = _run(CaptureChoice(True, "test"), rows=33)
+    assert torch.equal(total, eager_total)
+    for a, b in zip(model.parameters(), eager_model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert [k for k, _ in kernel_path_on_cpu.launches].count("ht_adamw_rows_float32") == 4
+    assert ("CUDA graphs: optimizer steps launched from Python, their capture failed "
+            "(RuntimeError: no capture)") in caplog.messages
