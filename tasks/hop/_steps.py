@@ -5,8 +5,10 @@ rating model's pass in 228 ms of which its kernels took 4.5, each step's
 forward and backward launching some fifty kernels from Python and the
 autograd engine. Where ``capture_choice`` allows it, ``run_steps`` trains the
 pass's first batch as always (it also warms up what a capture must find
-ready: the kernels compiled, cuBLAS's handles, the allocator), then records
-the second batch's gather, forward and backward once in a CUDA graph, and
+ready: the kernels compiled, cuBLAS's handles, the allocator; a later pass of
+the same process, on a device warmed so, skips this and captures its first
+batch), then records the second batch's gather, forward and backward once in
+a CUDA graph, and
 for every later batch of the full size copies the batch's row indices into
 the graph's input and replays it: the same kernels on the same addresses, so
 the gradients, and the weights the optimizer makes of them, are bit for bit
@@ -60,6 +62,10 @@ MODES = ("auto", "off")
 MIN_FULL_BATCHES = 4
 
 _logged: set[str] = set()
+#: Devices on which a pass of this process captured: what a capture must find ready (kernels
+#: compiled, the libraries' handles, the allocator) is, so a later pass captures its first
+#: batch instead of training it eagerly first.
+_warmed: set[str] = set()
 
 
 def graphs_mode(environ: dict[str, str] | None = None) -> str:
@@ -224,13 +230,15 @@ def run_steps(indices: Iterable[torch.Tensor], step: Callable[[torch.Tensor], to
         if full is None:
             full = index.shape
         losses = None
-        if graph is None and not tried and index.shape == full and samples > 0:
+        if (graph is None and not tried and index.shape == full
+                and (samples > 0 or str(index.device) in _warmed)):
             tried = True
             made = _capture(index, step, params)
             if isinstance(made, str):
                 _log_once(f"CUDA graphs: training eagerly, the capture failed ({made})")
             else:
                 graph = made
+                _warmed.add(str(index.device))
                 _log_once("CUDA graphs: each pass's gather, forward and backward captured "
                           "once and replayed for its full batches")
         replayed = graph is not None and index.shape == full

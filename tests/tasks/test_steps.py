@@ -90,10 +90,12 @@ def _training(seed: int = 0, rows: int = 23):  # noqa: ANN202
 
 
 def _run(choice: CaptureChoice, capture=None, monkeypatch=None, rows: int = 23,  # noqa: ANN001, ANN202
-         clip: float | None = None):
+         clip: float | None = None, warmed: bool = False):
     model, optimizer, step, indices, eager = _training(rows=rows)
     if capture is not None:
         monkeypatch.setattr(_steps, "_capture", capture)
+        if not warmed:
+            monkeypatch.setattr(_steps, "_warmed", set())  # a process that never captured
     params = list(model.parameters())
     total = torch.zeros((), dtype=torch.float64)
     samples = run_steps(indices, step, params, optimizer, total, len, choice=choice,
@@ -218,3 +220,25 @@ def test_optimizer_steps_whose_record_fails_run_from_python(monkeypatch, kernel_
     assert [k for k, _ in kernel_path_on_cpu.launches].count("ht_adamw_rows_float32") == 4
     assert ("CUDA graphs: optimizer steps launched from Python, their capture failed "
             "(RuntimeError: no capture)") in caplog.messages
+
+
+def test_a_pass_after_a_capture_in_the_same_process_captures_its_first_batch(
+        monkeypatch) -> None:
+    made: list[FakeGraph] = []
+
+    def capture(index, step, params):  # noqa: ANN001, ANN202
+        made.append(FakeGraph(index, step, params))
+        return made[-1]
+
+    eager_model, eager_total, _, _, _ = _run(CaptureChoice(False, "test"))
+    _run(CaptureChoice(True, "test"), capture, monkeypatch)  # this process's first capture
+    assert _steps._warmed == {"cpu"}
+    model, total, _, indices, eager = _run(CaptureChoice(True, "test"), capture, monkeypatch,
+                                           warmed=True)
+    first, second = made
+    assert first.replayed == [i.tolist() for i in indices[1:4]]
+    assert second.replayed == [i.tolist() for i in indices[:4]]  # no eager first batch
+    assert eager == [i.tolist() for i in indices]  # each batch stepped once, replayed or not
+    assert torch.equal(total, eager_total)
+    for a, b in zip(model.parameters(), eager_model.parameters(), strict=True):
+        assert torch.equal(a, b)
