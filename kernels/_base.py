@@ -77,18 +77,25 @@ class FusedOptimizer(torch.optim.Optimizer):
         """
         from hoptune.kernels._device_steps import DeviceSteps
 
-        launches, plans = [], []
+        launches, counts = [], []
         for group in self.param_groups:
             params = list(self._params_with_grads(group))
             if not params:
                 continue
-            plan = self._holding_plan(group, params)
-            launch = None if plan is None else self._device_step(group, plan, count)
-            if launch is None:
+            made = self._group_steps(group, params, count)
+            if made is None:
                 return None
-            launches.append(launch)
-            plans.append(plan)
-        return DeviceSteps(launches, plans, count) if launches else None
+            launches.append(made[0])
+            counts.append(made[1])
+        return DeviceSteps(launches, counts, count) if launches else None
+
+    def _group_steps(self, group: dict, params: list[torch.Tensor], count: int
+                     ) -> tuple[Callable[[], None], Callable[[], object]] | None:
+        """The group's next ``count`` steps from the device: the launch of one, and what
+        counts it on the host; None where they cannot be (``device_steps``)."""
+        plan = self._holding_plan(group, params)
+        launch = None if plan is None else self._device_step(group, plan, count)
+        return None if launch is None else (launch, plan.advance)
 
     def _params_with_grads(self, group: dict) -> Iterator[torch.Tensor]:
         """The group's parameters that have a gradient; sparse gradients are refused."""

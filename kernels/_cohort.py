@@ -20,7 +20,7 @@ parameter's shape), so a trial's checkpoint does not depend on its cohort.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -54,6 +54,18 @@ def _adamw_scalars(lr: tuple[float, ...], betas: tuple[tuple[float, float], ...]
     return [AdamWScalars.for_step(lr=float(r), beta1=b1, beta2=b2, eps=float(e),
                                   weight_decay=float(wd), step=step)
             for r, (b1, b2), e, wd, step in zip(lr, betas, eps, weight_decay, steps, strict=True)]
+
+
+def _on_kernel_path(name: str, slots: list[_dispatch.Slot], spec: Any
+                    ) -> tuple[torch.device, torch.dtype] | None:
+    """The one device and dtype of ``slots`` where every slot takes the kernel path (a step
+    from the device launches them all at once), else None."""
+    keys = {(s[0].device, s[0].dtype) for s in slots}
+    if len(keys) != 1:
+        return None
+    device, dtype = keys.pop()
+    _, fallback = _dispatch.split_by_path(name, device, dtype, slots, spec)
+    return None if fallback else (device, dtype)
 
 
 class _Cohort(FusedOptimizer):
@@ -146,6 +158,43 @@ class CohortAdamW(_Cohort):
             for slot in fallback:
                 reference.adamw_cohort_step_(*slot, scalars, maximize=maximize)
 
+    def _group_steps(self, group: dict, params: list[torch.Tensor], count: int
+                     ) -> tuple[Callable[[], None], Callable[[], object]] | None:
+        """One launch of ``ht_adamw_cohort`` reading step j's per-trial table at step j, all
+        on the device; where every parameter has its state and the same step counts, on
+        one device and dtype, on the kernel path."""
+        amsgrad = bool(group["amsgrad"])
+        params = self._stacked(group)
+        states = [self.state.get(p) for p in params]
+        if not all(states) or (amsgrad and any("max_exp_avg_sq" not in s for s in states)):
+            return None
+        steps = tuple(states[0]["step"].tolist())
+        if any(tuple(s["step"].tolist()) != steps for s in states):
+            return None
+        slots = [(p, p.grad, s["exp_avg"], s["exp_avg_sq"],
+                  s["max_exp_avg_sq"] if amsgrad else None) for p, s in zip(params, states,
+                                                                           strict=True)]
+        on_kernel = _on_kernel_path("CohortAdamW", slots, ADAMW_COHORT)
+        if on_kernel is None:
+            return None
+        device, dtype = on_kernel
+        prepared = _launches.adamw_cohort_steps(slots, device, dtype, [
+            _adamw_scalars(tuple(group["lr"]), tuple(group["betas"]), tuple(group["eps"]),
+                           tuple(group["weight_decay"]), tuple(s + 1 + j for s in steps))
+            for j in range(count)])
+        maximize = bool(group["maximize"])
+
+        def launch() -> None:
+            _launches.adamw_cohort((), device, dtype, (), amsgrad=amsgrad, maximize=maximize,
+                                   steps=prepared)
+            prepared.row.add_(1)
+
+        def counted() -> None:
+            for state in states:
+                state["step"] += 1
+
+        return launch, counted
+
     def member_state(self, p: torch.Tensor, trial: int) -> dict[str, torch.Tensor]:
         state = self.state.get(p)
         if not state:
@@ -213,13 +262,45 @@ class CohortSGD(_Cohort):
             state["started"] = torch.zeros(self._trials(), dtype=torch.bool)
         return state
 
-    def _step_group(self, group: dict) -> None:
-        scalars = [
+    @staticmethod
+    def _scalars(group: dict) -> list[SGDScalars]:
+        return [
             SGDScalars.for_group(lr=float(lr), weight_decay=float(wd), momentum=float(m),
                                  dampening=float(d))
             for lr, wd, m, d in zip(group["lr"], group["weight_decay"], group["momentum"],
                                     group["dampening"], strict=True)
         ]
+
+    def _group_steps(self, group: dict, params: list[torch.Tensor], count: int
+                     ) -> tuple[Callable[[], None], Callable[[], object]] | None:
+        """The launch of ``ht_sgd_cohort`` over a table that stays: once every trial's
+        momentum buffer has started (or none has momentum) a step's scalars and first-step
+        flags do not change; on one device and dtype, on the kernel path."""
+        params = self._stacked(group)
+        states = [self.state.get(p) for p in params]
+        if self._has_momentum():
+            if not all(states) or not all(bool(s["started"].all()) for s in states):
+                return None
+            first = (False,) * self._trials()
+        else:
+            first = (True,) * self._trials()  # as a step without momentum state passes
+        slots = [(p, p.grad, s.get("momentum_buffer") if s else None)
+                 for p, s in zip(params, states, strict=True)]
+        on_kernel = _on_kernel_path("CohortSGD", slots, SGD_COHORT)
+        if on_kernel is None:
+            return None
+        device, dtype = on_kernel
+        prepared = _launches.sgd_cohort_steps(slots, device, dtype, self._scalars(group), first)
+        nesterov, maximize = bool(group["nesterov"]), bool(group["maximize"])
+
+        def launch() -> None:
+            _launches.sgd_cohort((), device, dtype, (), (), nesterov=nesterov,
+                                 maximize=maximize, steps=prepared)
+
+        return launch, lambda: None
+
+    def _step_group(self, group: dict) -> None:
+        scalars = self._scalars(group)
         buckets: dict[tuple, list[_dispatch.Slot]] = {}
         starts: dict[tuple, list[torch.Tensor]] = {}
         for p in self._stacked(group):

@@ -8,7 +8,9 @@ steps of every parameter group at once: for AdamW their scalars, computed on
 the host exactly as the planned step computes them, as rows of a table on the
 device and a counter on the device that says which row a launch reads
 (``ht_adamw_rows``), advanced by the step itself; for SGD, whose scalars stay
-the same from step to step, the planned launch as it is. ``DeviceSteps.step``
+the same from step to step, the planned launch as it is. A cohort's
+optimizers do the same with their per-trial tables (``ht_adamw_cohort`` reads
+the step its counter says; ``ht_sgd_cohort``'s table stays). ``DeviceSteps.step``
 then launches one step, host arguments unchanged from one step to the next,
 so a capture records it once and every replay takes the next step, bitwise
 the planned step it stands for. ``DeviceSteps.counted`` counts each step
@@ -24,21 +26,17 @@ prepares them after its graph's first step and drops them at its end
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from hoptune.kernels._plan import StepPlan
 
 __all__ = ["DeviceSteps"]
 
 
 class DeviceSteps:
     """``count`` steps of one optimizer, each ``step()`` the same launches (one per parameter
-    group), each followed by ``counted()``."""
+    group), each followed by ``counted()``, which runs each group's host count."""
 
-    def __init__(self, launches: Sequence[Callable[[], None]], plans: Sequence[StepPlan],
-                 count: int) -> None:
-        self.launches, self.plans = list(launches), list(plans)
+    def __init__(self, launches: Sequence[Callable[[], None]],
+                 counts: Sequence[Callable[[], object]], count: int) -> None:
+        self.launches, self.counts = list(launches), list(counts)
         self.count = self.left = count
 
     def step(self) -> None:
@@ -47,9 +45,10 @@ class DeviceSteps:
             launch()
 
     def counted(self) -> None:
-        """Count one step taken (launched or replayed) on the host, as a planned step does."""
+        """Count one step taken (launched or replayed) on the host, as a step from Python
+        does (a planned step's ``StepPlan.advance``, a cohort's step tensors)."""
         if self.left <= 0:
             raise RuntimeError(f"DeviceSteps: the {self.count} steps prepared are all taken")
         self.left -= 1
-        for plan in self.plans:
-            plan.advance()
+        for count in self.counts:
+            count()

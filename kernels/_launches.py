@@ -9,6 +9,7 @@ time; the self-test and the tests pass another launcher of the same signature.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ from hoptune.kernels._multi_tensor import (
     PointerTable,
     device_table,
     pointer_table,
+    step_rows,
     to_device_reals,
     vector_width,
 )
@@ -39,8 +41,11 @@ __all__ = [
     "SGD_ROLES",
     "Launcher",
     "adamw",
+    "CohortSteps",
     "adamw_cohort",
+    "adamw_cohort_steps",
     "adamw_rows",
+    "cohort_steps",
     "dtype_name",
     "run",
     "scale",
@@ -49,6 +54,7 @@ __all__ = [
     "reads_vectors",
     "sgd",
     "sgd_cohort",
+    "sgd_cohort_steps",
     "table_width",
 ]
 
@@ -185,15 +191,59 @@ def _cohort(
     rows: Sequence[Sequence[float]],
     extra: Mapping[str, Any],
     launch: Launcher | None,
+    steps: CohortSteps | None = None,
 ) -> None:
     """A multi-tensor launch over stacked tensors (axis 0 the trial, len(rows[0]) trials)
-    with rows, one per scalar field, of one value per trial."""
-    n_trials = len(rows[0])
+    with rows, one per scalar field, of one value per trial; or, with ``steps`` (slots and
+    rows unused), the step its table on the device and its counter say."""
+    if steps is None:
+        steps = cohort_steps(spec, roles, slots, device, dtype, [rows])
+    cohort = {"per_trial": steps.per_trial, "scalars": steps.scalars, "row": steps.row,
+              "n_trials": steps.n_trials}
+    _multi_tensor(spec, roles, (), device, dtype, {**cohort, **extra}, launch, steps.table)
+
+
+@dataclass(frozen=True)
+class CohortSteps:
+    """What a cohort launch reads from the device: the table placing its tensors, each
+    tensor's elements per trial, the scalars of one or more steps (each a table of rows
+    of one value per trial) and the counter of the step the launch takes."""
+
+    table: PointerTable
+    per_trial: torch.Tensor
+    scalars: torch.Tensor
+    row: torch.Tensor
+    n_trials: int
+
+
+def cohort_steps(spec: KernelSpec, roles: Sequence[str], slots: Sequence[Slot],
+                 device: torch.device, dtype: torch.dtype,
+                 steps: Sequence[Sequence[Sequence[float]]]) -> CohortSteps:
+    """``CohortSteps`` for slots of stacked tensors and the rows of each step in ``steps``;
+    its counter at the first (a launch alone reads a shared 0)."""
+    n_trials = len(steps[0][0])
     kept = [s for s in slots if s[0] is not None and s[0].numel() > 0]
     per_trial = device_table(tuple(s[0].numel() // n_trials for s in kept) + (1,), device)
-    cohort = {"per_trial": per_trial, "scalars": to_device_reals(rows, device, dtype),
-              "n_trials": n_trials}
-    _multi_tensor(spec, roles, kept, device, dtype, {**cohort, **extra}, launch)
+    table = pointer_table({role: [s[r] for s in kept] for r, role in enumerate(roles)},
+                          device, table_width(spec, dtype))
+    rows = [row for step in steps for row in step]
+    if len(steps) == 1:
+        return CohortSteps(table, per_trial, to_device_reals(rows, device, dtype),
+                           device_table((0,), device), n_trials)
+    scalars, row = step_rows(rows, device, dtype)
+    return CohortSteps(table, per_trial, scalars, row, n_trials)
+
+
+def _adamw_rows_of(scalars: Sequence[AdamWScalars]) -> list[tuple[float, ...]]:
+    """A step's table of AdamW scalars: one row per field, one value per trial."""
+    return list(zip(*(s.as_tuple() for s in scalars), strict=True))
+
+
+def _sgd_rows_of(scalars: Sequence[SGDScalars], first_step: Sequence[bool]
+                 ) -> list[tuple[float, ...]]:
+    """A step's table of SGD scalars, then each trial's first_step as 0 or 1."""
+    return [*zip(*(s.as_tuple() for s in scalars), strict=True),
+            tuple(float(f) for f in first_step)]
 
 
 def adamw_cohort(
@@ -205,12 +255,22 @@ def adamw_cohort(
     amsgrad: bool,
     maximize: bool,
     launch: Launcher | None = None,
+    steps: CohortSteps | None = None,
 ) -> None:
     """One AdamW step of a cohort: slots as ``adamw``'s, of stacked tensors whose axis 0
-    is the trial; trial i steps with scalars[i]."""
-    rows = list(zip(*(s.as_tuple() for s in scalars), strict=True))
+    is the trial; trial i steps with scalars[i]. With ``steps`` (``adamw_cohort_steps``),
+    slots and scalars are unused: the step is the one its counter says."""
     extra = {"amsgrad": int(amsgrad), "maximize": int(maximize)}
-    _cohort(ADAMW_COHORT, ADAMW_ROLES, slots, device, dtype, rows, extra, launch)
+    rows = [] if steps is not None else _adamw_rows_of(scalars)
+    _cohort(ADAMW_COHORT, ADAMW_ROLES, slots, device, dtype, rows, extra, launch, steps)
+
+
+def adamw_cohort_steps(slots: Sequence[Slot], device: torch.device, dtype: torch.dtype,
+                       steps: Sequence[Sequence[AdamWScalars]]) -> CohortSteps:
+    """The table, and each step's scalars (steps[j][i]: trial i's at step j), of a cohort's
+    next AdamW steps, for ``adamw_cohort(..., steps=)``."""
+    return cohort_steps(ADAMW_COHORT, ADAMW_ROLES, slots, device, dtype,
+                        [_adamw_rows_of(s) for s in steps])
 
 
 def sgd_cohort(
@@ -223,13 +283,23 @@ def sgd_cohort(
     nesterov: bool,
     maximize: bool,
     launch: Launcher | None = None,
+    steps: CohortSteps | None = None,
 ) -> None:
     """One SGD step of a cohort: slots as ``sgd``'s, stacked; trial i steps with
-    scalars[i] and starts its momentum buffer where first_step[i]."""
-    rows = [*zip(*(s.as_tuple() for s in scalars), strict=True),
-            tuple(float(f) for f in first_step)]
+    scalars[i] and starts its momentum buffer where first_step[i]. With ``steps``
+    (``sgd_cohort_steps``), slots, scalars and first_step are unused."""
     extra = {"nesterov": int(nesterov), "maximize": int(maximize)}
-    _cohort(SGD_COHORT, SGD_ROLES, slots, device, dtype, rows, extra, launch)
+    rows = [] if steps is not None else _sgd_rows_of(scalars, first_step)
+    _cohort(SGD_COHORT, SGD_ROLES, slots, device, dtype, rows, extra, launch, steps)
+
+
+def sgd_cohort_steps(slots: Sequence[Slot], device: torch.device, dtype: torch.dtype,
+                     scalars: Sequence[SGDScalars], first_step: Sequence[bool]
+                     ) -> CohortSteps:
+    """The table and scalars of a cohort's SGD step, the same at every step while the
+    scalars and first_step stay (the counter is a shared 0, never advanced)."""
+    return cohort_steps(SGD_COHORT, SGD_ROLES, slots, device, dtype,
+                        [_sgd_rows_of(scalars, first_step)])
 
 
 def scale(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from hoptune.kernels._source import KernelSpec, Param
-from hoptune.kernels.reference import AdamWScalars
+from hoptune.kernels.reference import AdamWScalars, SGDScalars
 
 __all__ = [
     "ADAMW",
@@ -25,6 +25,7 @@ __all__ = [
     "SCALED_SIGMOID_GRAD",
     "SGD",
     "SGD_COHORT",
+    "SGD_FIELDS",
 ]
 
 
@@ -131,6 +132,8 @@ HT_FN(ht_adamw_step)(p_params, *p_grads, p_exp_avgs, p_exp_avg_sqs,
 #: AdamWScalars' fields, in the order of a row of ADAMW_ROWS' ``rows`` (``ht_adamw`` takes
 #: them as scalar parameters of the same names).
 ADAMW_FIELDS = tuple(f.name for f in dataclasses.fields(AdamWScalars))
+#: SGDScalars' fields, in the order of a cohort's table (its first_step after them).
+SGD_FIELDS = tuple(f.name for f in dataclasses.fields(SGDScalars))
 
 
 def _row_scalars(fields: tuple[str, ...]) -> str:
@@ -186,16 +189,21 @@ HT_FN(ht_sgd_step)(p_params, *p_grads, momentum != 0 ? p_momentum_buffers : (HT_
 
 # A cohort kernel updates the stacked tensors of several trials (axis 0 the trial) in one
 # launch. per_trial[t] is the number of elements of one trial in tensor t, so element k of
-# tensor t belongs to trial r = k / per_trial[t]; scalars is a (fields, n_trials) table of
-# each trial's host scalars (AdamWScalars / SGDScalars, then SGD's first_step as 0 or 1).
-_TRIAL = """
+# tensor t belongs to trial r = k / per_trial[t]; scalars holds (fields, n_trials) tables of
+# each trial's host scalars (AdamWScalars / SGDScalars, then SGD's first_step as 0 or 1),
+# one per step prepared, and the launch reads table row[0] (0 for a step launched alone;
+# ``kernels.DeviceSteps`` advances it from step to step, so a graph can hold the launch).
+def _trial(fields: int) -> str:
+    return f"""
 const long long r = k / per_trial[t];
+const HT_REAL *s = &scalars[row[0] * {fields} * n_trials];
 """
 
 
 def _cohort_inputs(roles: tuple[str, ...]) -> tuple[Param, ...]:
     return (*(_raw(role) for role in roles), *_table(),
-            _raw("per_trial"), _raw("scalars", "real"), _scalar("n_trials", "int64"))
+            _raw("per_trial"), _raw("scalars", "real"), _raw("row"),
+            _scalar("n_trials", "int64"))
 
 
 ADAMW_COHORT = KernelSpec(
@@ -207,13 +215,12 @@ ADAMW_COHORT = KernelSpec(
         _scalar("maximize", "int32"),
     ),
     outputs=(),
-    operation=_each_element(_TRIAL + """
+    operation=_each_element(_trial(len(ADAMW_FIELDS)) + """
 HT_FN(ht_adamw_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
     (HT_REAL *)exp_avgs[t] + k, (HT_REAL *)exp_avg_sqs[t] + k,
     amsgrad ? (HT_REAL *)max_exp_avg_sqs[t] + k : (HT_REAL *)0,
-    scalars[r], scalars[n_trials + r], scalars[2 * n_trials + r],
-    scalars[3 * n_trials + r], scalars[4 * n_trials + r], scalars[5 * n_trials + r],
-    scalars[6 * n_trials + r], amsgrad, maximize)
+    s[r], s[n_trials + r], s[2 * n_trials + r], s[3 * n_trials + r], s[4 * n_trials + r],
+    s[5 * n_trials + r], s[6 * n_trials + r], amsgrad, maximize)
 """),
 )
 
@@ -226,12 +233,12 @@ SGD_COHORT = KernelSpec(
         _scalar("maximize", "int32"),
     ),
     outputs=(),
-    operation=_each_element(_TRIAL + """
-const HT_REAL momentum = scalars[2 * n_trials + r];
+    operation=_each_element(_trial(len(SGD_FIELDS) + 1) + """
+const HT_REAL momentum = s[2 * n_trials + r];
 HT_FN(ht_sgd_step)((HT_REAL *)params[t] + k, ((const HT_REAL *)grads[t])[k],
     momentum != 0 ? (HT_REAL *)momentum_buffers[t] + k : (HT_REAL *)0,
-    scalars[r], scalars[n_trials + r], momentum, scalars[3 * n_trials + r], nesterov,
-    scalars[4 * n_trials + r] != 0, maximize)
+    s[r], s[n_trials + r], momentum, s[3 * n_trials + r], nesterov,
+    s[4 * n_trials + r] != 0, maximize)
 """),
 )
 

@@ -24,9 +24,10 @@ table on the device, read at a counter the step advances), takes the first
 of them from Python, records it, and replays that record after every later
 replayed backward: per full batch, an index copy and two replays, with
 nothing computed on the host but the step counts. The step is bitwise the
-planned step it stands for. An optimizer that cannot take its steps from the
-device (torch's own, a cohort's) steps from Python after each replay, as
-before. The loss's sum stays outside the graphs.
+planned step it stands for; a cohort's optimizers do the same with their
+per-trial tables. An optimizer that cannot take its steps from the device
+(torch's own) steps from Python after each replay, as before. The loss's sum
+stays outside the graphs.
 
 A capture that fails (a model that synchronises with the host, an operation
 CUDA cannot record) costs nothing but the attempt: the step runs eagerly,

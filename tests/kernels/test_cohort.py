@@ -205,3 +205,60 @@ def test_rejects_bad_per_trial_values() -> None:
     p[0].grad = torch.zeros(2, 3)
     with pytest.raises(ValueError, match="leading trial axis of 3"):
         opt.step()
+
+
+@pytest.mark.parametrize("kind", ["adamw", "adamw-amsgrad", "sgd", "sgd-nesterov"])
+def test_device_steps_of_a_cohort_are_bitwise_its_steps_from_python(kernel_path_on_cpu,
+                                                                    kind) -> None:
+    """A cohort's next steps from the device (``device_steps``: its per-trial tables of every
+    step on the device, read at a counter each step advances) update weights and state as
+    its steps from Python do, bit for bit; its step counts are counted on the host."""
+    if kind.startswith("adamw"):
+        def make(params):  # noqa: ANN001, ANN202
+            return _cohort_adamw(params, ADAMW_TRIALS, amsgrad=kind.endswith("amsgrad"))
+    else:
+        trials = ([{**t, "momentum": 0.9, "dampening": 0.0} for t in SGD_TRIALS]
+                  if kind.endswith("nesterov") else SGD_TRIALS)
+
+        def make(params):  # noqa: ANN001, ANN202
+            return _cohort_sgd(params, trials, nesterov=kind.endswith("nesterov"))
+    start = _start(torch.float32, 3)
+    a_params, b_params = [p.clone() for p in start], [p.clone() for p in start]
+    a, b = make(a_params), make(b_params)
+    g = torch.Generator().manual_seed(6)
+    grads = [_random_grads(start, g) for _ in range(7)]
+    for params, opt in ((a_params, a), (b_params, b)):  # a first step: states, buffers started
+        for p, grad in zip(params, grads[0], strict=True):
+            p.grad = grad.clone()
+        opt.step()
+    steps = a.device_steps(6)
+    assert steps is not None
+    kernel_path_on_cpu.launches.clear()
+    for j in range(1, 7):
+        for params in (a_params, b_params):
+            for p, grad in zip(params, grads[j], strict=True):
+                p.grad.copy_(grad)  # in place: where a graph keeps them
+        steps.step()
+        steps.counted()
+        b.step()
+        for x, y in zip(a_params, b_params, strict=True):
+            assert torch.equal(x, y)
+            for key in a.state[x]:
+                assert torch.equal(a.state[x][key], b.state[y][key]), key
+    launched = [k for k, _ in kernel_path_on_cpu.launches]
+    name = "ht_adamw_cohort_float32" if kind.startswith("adamw") else "ht_sgd_cohort_float32"
+    assert launched.count(name) == 12  # one launch each step of each: a's and b's
+
+
+def test_a_cohort_takes_no_device_steps_before_its_first_step_or_off_the_kernel_path(
+        kernel_path_on_cpu) -> None:
+    params = _start(torch.float32, 3)
+    cohort = _cohort_sgd(params, SGD_TRIALS)
+    for p, grad in zip(params, _random_grads(params, torch.Generator().manual_seed(1)),
+                       strict=True):
+        p.grad = grad
+    assert cohort.device_steps(3) is None  # momentum buffers not started yet
+    cohort.step()
+    assert cohort.device_steps(3) is not None
+    params[0].grad = params[0].grad.transpose(1, 2).contiguous().transpose(1, 2)  # strided
+    assert cohort.device_steps(3) is None

@@ -3,8 +3,8 @@ eager pass does, for a single trial and for a cohort (tasks.hop._steps).
 
 A replay runs the kernels of the capture on the same addresses, the optimizer's
 step after a replay is the planned step's launch with its scalars read from
-the device (a graph of its own for a single trial; the cohort optimizers step
-from Python), and deterministic algorithms are on (as in every process that
+the device (a graph of its own, for a single trial and for a cohort), and
+deterministic algorithms are on (as in every process that
 trains on a GPU): so the error bound between the
 two is zero, and weights, optimizer states and losses must be equal. Run with
 ``python -m pytest -m gpu tests`` (GPU.md); skipped without a CUDA device.
@@ -105,7 +105,7 @@ def test_a_captured_pass_trains_bitwise_as_the_eager_pass(deterministic, capture
 
 
 def test_a_captured_cohort_pass_trains_bitwise_as_the_eager_cohort_pass(
-        deterministic, captures, monkeypatch) -> None:
+        deterministic, captures, optimizer_steps, monkeypatch) -> None:
     region = _region()
     shards = _shards()
     base = _members(region, 3)
@@ -118,6 +118,8 @@ def test_a_captured_cohort_pass_trains_bitwise_as_the_eager_cohort_pass(
                   for e, order in enumerate([[0, 1], [1, 0]]) for p, s in enumerate(order)]
         runs[mode] = (members, losses)
     assert len(captures) == 4 and all(isinstance(c, _steps._Graph) for c in captures), captures
+    assert len(optimizer_steps) == 4, optimizer_steps
+    assert all(s is not None and s.graph is not None for s in optimizer_steps), optimizer_steps
     assert runs["auto"][1] == runs["off"][1]
     for a, b in zip(runs["auto"][0], runs["off"][0], strict=True):
         _assert_same(a, b)
