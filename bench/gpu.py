@@ -26,8 +26,9 @@ exits 0 and prints the JSON line with every figure null.
    kernel, on the same clock as the pass's range); the host's own ranges
    (``record_function``), which the profiler also records on the device, are
    left out.
-5. The same passes with their gather, forward and backward captured in a CUDA
-   graph (``HOPTUNE_CUDA_GRAPHS=auto``) and eager (``off``), taking turns.
+5. The same passes with their gather, forward and backward and their
+   optimizer steps captured in CUDA graphs (``HOPTUNE_CUDA_GRAPHS=auto``), the
+   forward and backward alone (``backward``) and eager (``off``), taking turns.
 6. ``python -m pytest -q -m gpu tests``'s summary line and ``hoptune doctor``'s
    verdicts, run by this bench on the same machine, so the section records
    which checks passed beside the figures.
@@ -83,7 +84,10 @@ KEYS = ("device", "adamw_1e8_vs_torch_fused", "adamw_1e8_bandwidth_share",
         "sgd_1e8_bandwidth_share", "single_hops_vs_cpu_thread", "cohort_32_vs_cpu_thread",
         "pytest_gpu", "doctor", "gpu_busy_single_pass", "gpu_busy_cohort_32_pass",
         "captured_over_eager_single", "captured_over_eager_cohort_32",
+        "captured_over_backward_single", "captured_over_backward_cohort_32",
         "gpu_eager_hop_train_s", "gpu_eager_hop_overhead_share", "fuse_auto_demo")
+#: HOPTUNE_CUDA_GRAPHS's modes a pass is timed in, side by side (``graph_rates``)
+GRAPH_MODES = ("auto", "backward", "off")
 #: the cohort sizes whose pass's busy share is measured (1: a single hop's pass)
 BUSY_SIZES = (1, 32)
 
@@ -282,19 +286,20 @@ def graphs_mode(mode: str) -> Iterator[None]:
 def graph_rates(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES, rounds: int = 3
                 ) -> dict[int, dict[str, float]]:
     """Per cohort size K (1: a single hop's pass), trial-epochs per second of one pass of the
-    demo rating model with its forward and backward captured in a CUDA graph
-    (``HOPTUNE_CUDA_GRAPHS=auto``, the default) and eager (``off``): side by side, the two
-    taking turns first, medians over ``rounds``."""
+    demo rating model with its forward and backward and its optimizer steps captured in CUDA
+    graphs (``HOPTUNE_CUDA_GRAPHS=auto``, the default), with its forward and backward only
+    (``backward``: the optimizer steps from Python) and eager (``off``): side by side, each
+    round in another order, medians over ``rounds``."""
     from bench import fusion
 
     spec, region, data = _demo(device)
     out: dict[int, dict[str, float]] = {}
     for k in sizes:
         members = fusion._members(region, spec, k, device)
-        seconds: dict[str, list[float]] = {"auto": [], "off": []}
+        seconds: dict[str, list[float]] = {mode: [] for mode in GRAPH_MODES}
         epoch = 0
-        for r in range(rounds + 1):  # round 0 warms both up
-            for mode in ("auto", "off") if r % 2 else ("off", "auto"):
+        for r in range(rounds + 1):  # round 0 warms every mode up
+            for mode in GRAPH_MODES[r % 3:] + GRAPH_MODES[:r % 3]:
                 with graphs_mode(mode):
                     fusion._sync(device)
                     started = time.perf_counter()
@@ -303,8 +308,9 @@ def graph_rates(device: torch.device, sizes: tuple[int, ...] = BUSY_SIZES, round
                 if r:
                     seconds[mode].append(time.perf_counter() - started)
                 epoch += 1
-        out[k] = {"captured": fusion._epochs_per_second(k, statistics.median(seconds["auto"])),
-                  "eager": fusion._epochs_per_second(k, statistics.median(seconds["off"]))}
+        out[k] = {name: fusion._epochs_per_second(k, statistics.median(seconds[mode]))
+                  for name, mode in zip(("captured", "backward", "eager"), GRAPH_MODES,
+                                        strict=True)}
     return out
 
 
@@ -454,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         busy = pass_busy(device)
         print(f"busy share of a pass: {json.dumps(busy)}", file=sys.stderr, flush=True)
         graphs = graph_rates(device)
-        print(f"captured against eager: {json.dumps(graphs)}", file=sys.stderr, flush=True)
+        print(f"captured against backward only and eager: {json.dumps(graphs)}",
+              file=sys.stderr, flush=True)
         if args.rows_per_shard is None:  # a ~1 s hop on the GPU, as issue 34 measures it
             from bench.hop_overhead import _calibrate
 
@@ -524,8 +531,10 @@ def summary(device: torch.device, path: str, copy_gbps: float,
     if busy:
         out.update(gpu_busy_single_pass=busy.get(1), gpu_busy_cohort_32_pass=busy.get(32))
     if graphs:
-        out.update({f"captured_over_eager_{'single' if k == 1 else f'cohort_{k}'}":
-                    round(r["captured"] / r["eager"], 2) for k, r in graphs.items()})
+        for base in ("eager", "backward"):
+            out.update({f"captured_over_{base}_{'single' if k == 1 else f'cohort_{k}'}":
+                        round(r["captured"] / r[base], 2) for k, r in graphs.items()
+                        if base in r})
     return out
 
 
@@ -580,11 +589,14 @@ def report(device: torch.device, path: str, copy_gbps: float,
                       for k, v in busy.items()) + "."]
     if graphs:
         lines += ["", "One pass of the demo rating model with its gather, forward and backward "
-                  "captured in a CUDA graph and replayed (`HOPTUNE_CUDA_GRAPHS=auto`, the "
-                  "default) against eager steps (`off`), side by side, medians of 3 turns "
-                  "each, in trial-epochs per second: " + "; ".join(
+                  "and its optimizer steps captured in CUDA graphs and replayed "
+                  "(`HOPTUNE_CUDA_GRAPHS=auto`, the default), against the forward and backward "
+                  "alone captured (`backward`: the optimizer steps from Python) and against "
+                  "eager steps (`off`), side by side, medians of 3 turns each, in trial-epochs "
+                  "per second: " + "; ".join(
                       f"{'a single hop' if k == 1 else f'a cohort of {k}'} {r['captured']:.2f} "
-                      f"against {r['eager']:.2f} ({r['captured'] / r['eager']:.1f}x)"
+                      f"against {r['backward']:.2f} and {r['eager']:.2f} "
+                      f"({r['captured'] / r['eager']:.1f}x eager)"
                       for k, r in graphs.items()) + "."]
     lines += [
         "", f"One trial of the ~1M-parameter rating model of `bench/hop_overhead.py` hopping "

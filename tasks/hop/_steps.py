@@ -33,7 +33,8 @@ A capture that fails (a model that synchronises with the host, an operation
 CUDA cannot record) costs nothing but the attempt: the step runs eagerly,
 the pass goes on eagerly (or, for the optimizer's capture, launches its
 device steps from Python), and the reason is logged once per reason.
-``HOPTUNE_CUDA_GRAPHS=off`` turns capture off.
+``HOPTUNE_CUDA_GRAPHS=off`` turns capture off; ``backward`` captures the pass
+but leaves the optimizer's steps to Python.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ __all__ = ["GRAPHS_VARIABLE", "CaptureChoice", "capture_choice", "graphs_mode", 
 log = logging.getLogger(__name__)
 
 GRAPHS_VARIABLE = "HOPTUNE_CUDA_GRAPHS"
-MODES = ("auto", "off")
+#: auto: capture the pass and its optimizer steps; backward: the gather, forward and backward
+#: only (the optimizer steps from Python, as without a capture); off: every step eagerly
+MODES = ("auto", "backward", "off")
 #: Full batches a pass needs before a capture can repay itself: the first runs eagerly, the
 #: capture costs about one eager step, and the rest replay.
 MIN_FULL_BATCHES = 4
@@ -71,7 +74,8 @@ _warmed: set[str] = set()
 
 def graphs_mode(environ: dict[str, str] | None = None) -> str:
     """``HOPTUNE_CUDA_GRAPHS``: ``auto`` (the default: capture where ``capture_choice``
-    allows) or ``off``; ``ConfigError`` naming the variable otherwise."""
+    allows), ``backward`` (capture, but not the optimizer's steps) or ``off``;
+    ``ConfigError`` naming the variable otherwise."""
     env = os.environ if environ is None else environ
     value = env.get(GRAPHS_VARIABLE, "auto").strip().lower() or "auto"
     if value not in MODES:
@@ -82,10 +86,12 @@ def graphs_mode(environ: dict[str, str] | None = None) -> str:
 
 @dataclass(frozen=True)
 class CaptureChoice:
-    """Whether a pass captures its forward and backward, and why."""
+    """Whether a pass captures its forward and backward, and why; with ``steps``, also its
+    clipping and optimizer steps after the first replay (where the optimizer can)."""
 
     capture: bool
     reason: str
+    steps: bool = True
 
 
 def capture_choice(device: torch.device, rows: int, batch_size: int,
@@ -100,7 +106,11 @@ def capture_choice(device: torch.device, rows: int, batch_size: int,
     if full < MIN_FULL_BATCHES:
         return CaptureChoice(False, f"{full} full batches of {batch_size}: fewer than "
                                     f"{MIN_FULL_BATCHES}, too few to repay a capture")
-    return CaptureChoice(True, f"{full - 1} of {full} full batches replayed from one capture")
+    replayed = f"{full - 1} of {full} full batches replayed from one capture"
+    if mode == "backward":
+        return CaptureChoice(True, f"{replayed}, the optimizer's steps from Python "
+                                   f"({GRAPHS_VARIABLE}=backward)", steps=False)
+    return CaptureChoice(True, replayed)
 
 
 class _Graph:
@@ -255,7 +265,7 @@ def run_steps(indices: Iterable[torch.Tensor], step: Callable[[torch.Tensor], to
             if after_backward is not None:
                 after_backward()
             optimizer.step()
-            if replayed and not prepared:  # the gradients are where the graph keeps them
+            if replayed and not prepared and choice.steps:  # the graph keeps the gradients
                 prepared = True
                 steps = _prepare_steps(optimizer, full_batches - seen_full - 1, after_backward,
                                        index.device)

@@ -57,8 +57,9 @@ def test_its_measurements_run_on_the_cpu(home: Path, redis_url: str) -> None:
     assert all(v > 0 for r in cohorts["sizes"].values() for v in r.values())
     assert gpu.pass_busy(cpu, sizes=(1, 2)) == {1: 0.0, 2: 0.0}  # no device work on a CPU
     os.environ.pop("HOPTUNE_CUDA_GRAPHS", None)
-    graphs = gpu.graph_rates(cpu, sizes=(1, 2), rounds=1)  # both eager on a CPU
+    graphs = gpu.graph_rates(cpu, sizes=(1, 2), rounds=1)  # all eager on a CPU
     assert set(graphs) == {1, 2} and all(v > 0 for r in graphs.values() for v in r.values())
+    assert all(set(r) == {"captured", "backward", "eager"} for r in graphs.values())
     assert "HOPTUNE_CUDA_GRAPHS" not in os.environ  # the setting it changed, put back
     assert gpu.fused_adamw_path(cpu).startswith("FusedAdamW")
     from bench.hop_overhead import _calibrate  # the rows of a hop of about --hop-seconds
@@ -75,10 +76,12 @@ def test_its_measurements_run_on_the_cpu(home: Path, redis_url: str) -> None:
               "doctor_exit": 0}
     figures = gpu.summary(cpu, "FusedAdamW", 10.0, adamw, {"cpu": hops}, sweep=sweep,
                           cohorts=cohorts, checks=checks, busy={1: 0.25, 32: "Boom: failed"},
-                          graphs={1: {"captured": 30.0, "eager": 3.0},
-                                  32: {"captured": 100.0, "eager": 50.0}})
+                          graphs={1: {"captured": 30.0, "backward": 15.0, "eager": 3.0},
+                                  32: {"captured": 100.0, "backward": 80.0, "eager": 50.0}})
     assert (figures["captured_over_eager_single"], figures["captured_over_eager_cohort_32"]) == (
         10.0, 2.0)
+    assert (figures["captured_over_backward_single"],
+            figures["captured_over_backward_cohort_32"]) == (2.0, 1.25)
     assert figures["gpu_busy_single_pass"] == 0.25
     assert figures["gpu_busy_cohort_32_pass"] == "Boom: failed"
     assert figures["sgd_slowest_vs_torch_fused"] > 0 and figures["sgd_1e8_bandwidth_share"] > 0

@@ -165,7 +165,7 @@ def test_bad_arguments(project: Path, args: list[str], message: str) -> None:
 @pytest.mark.parametrize("command", [["worker", "--shards", "north:0"], ["up", "--workers", "1"]])
 @pytest.mark.parametrize(("variable", "value", "message"), [
     ("HOPTUNE_CHAIN_SECONDS", "soon", "0 or more seconds, got 'soon'"),
-    ("HOPTUNE_CUDA_GRAPHS", "sometimes", "one of auto, off, got 'sometimes'"),
+    ("HOPTUNE_CUDA_GRAPHS", "sometimes", "one of auto, backward, off, got 'sometimes'"),
 ])
 def test_a_bad_worker_setting_stops_a_worker_before_it_starts(
         project: Path, monkeypatch, command: list[str], variable: str, value: str,

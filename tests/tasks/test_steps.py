@@ -33,12 +33,18 @@ def test_a_pass_captures_on_a_gpu_with_enough_full_batches() -> None:
     assert not cpu.capture and "cpu" in cpu.reason
     off = capture_choice(CUDA, rows=1000, batch_size=100, mode="off")
     assert off == CaptureChoice(False, "HOPTUNE_CUDA_GRAPHS=off")
+    backward = capture_choice(CUDA, rows=1000, batch_size=100, mode="backward")
+    assert backward.capture and not backward.steps
+    assert backward.reason.endswith("the optimizer's steps from Python "
+                                    "(HOPTUNE_CUDA_GRAPHS=backward)")
 
 
 def test_the_mode_is_auto_or_off_and_anything_else_names_the_variable() -> None:
     assert graphs_mode({}) == "auto"
     assert graphs_mode({"HOPTUNE_CUDA_GRAPHS": " OFF "}) == "off"
-    with pytest.raises(ConfigError, match="HOPTUNE_CUDA_GRAPHS: one of auto, off, got 'yes'"):
+    assert graphs_mode({"HOPTUNE_CUDA_GRAPHS": "backward"}) == "backward"
+    with pytest.raises(ConfigError,
+                       match="HOPTUNE_CUDA_GRAPHS: one of auto, backward, off, got 'yes'"):
         graphs_mode({"HOPTUNE_CUDA_GRAPHS": "yes"})
 
 
@@ -239,6 +245,20 @@ def test_a_pass_after_a_capture_in_the_same_process_captures_its_first_batch(
     assert first.replayed == [i.tolist() for i in indices[1:4]]
     assert second.replayed == [i.tolist() for i in indices[:4]]  # no eager first batch
     assert eager == [i.tolist() for i in indices]  # each batch stepped once, replayed or not
+    assert torch.equal(total, eager_total)
+    for a, b in zip(model.parameters(), eager_model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_pass_that_captures_only_its_backward_steps_the_optimizer_from_python(
+        monkeypatch, kernel_path_on_cpu) -> None:  # noqa: F811 - the fixture
+    monkeypatch.setattr(_steps, "_record", lambda work, device: pytest.fail("recorded"))
+    eager_model, eager_total, _, _, _ = _run(CaptureChoice(False, "test"), rows=33)
+    kernel_path_on_cpu.launches.clear()
+    model, total, _, _, _ = _run(CaptureChoice(True, "test", steps=False),
+                                 lambda index, step, params: FakeGraph(index, step, params),
+                                 monkeypatch, rows=33)
+    assert "ht_adamw_rows_float32" not in [k for k, _ in kernel_path_on_cpu.launches]
     assert torch.equal(total, eager_total)
     for a, b in zip(model.parameters(), eager_model.parameters(), strict=True):
         assert torch.equal(a, b)
