@@ -17,10 +17,12 @@ The runs cover 1 and 2 workers, 8 and 16 trials, pruning on (ASHA) and off
 (``min_epochs`` = ``epochs``: no rung), one region, the 3 demo regions and a
 10-region night. The local workers share this host's cores, so each worker
 count is its own host class (``HOPTUNE_HOST_CLASS``: host-1w, host-2w), with its
-own calibration, and each run is planned with its class's costs. Batches of 32
-rows make a hop a few tenths of a second, so a run lasts long against the second
-or two a study's first ``tune_step`` takes on fresh workers. The target: every
-run within 15% of its prediction.
+own calibration, and each run is planned with its class's costs. No seed is
+set: each region's studies draw theirs from its name, as hoptune seeds every
+region that sets none, so a night's studies do not all start from the same
+first proposals. Batches of 32 rows make a hop a few tenths of a second, so a
+run lasts long against the second or two a study's first ``tune_step`` takes
+on fresh workers. The target: every run within 15% of its prediction.
 
 Usage: python bench/plan.py [--rows 30000]
 Writes its section of BENCHMARKS.md; the last line is one JSON object.
@@ -52,7 +54,6 @@ HEADER = """
 shards = 2
 epochs = {epochs}
 batch_size = 32
-seed = {seed}
 validation_fraction = 0.2
 optimizer = "fused_adamw"
 trials = {trials}
@@ -87,7 +88,7 @@ RUNS = [
 
 def _config(home: Path, data: Path, index: int, regions: tuple[str, ...], trials: int,
             epochs: int, parallel: int, pruning: bool) -> Path:
-    text = HEADER.format(epochs=epochs, seed=index, trials=trials, parallel=parallel,
+    text = HEADER.format(epochs=epochs, trials=trials, parallel=parallel,
                          min_epochs=1 if pruning else epochs)
     text += "".join(REGION.format(name=n, data=data / f"{n}.csv") for n in regions)
     path = home / f"run{index}.toml"
