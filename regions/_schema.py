@@ -234,6 +234,9 @@ class Defaults(_Frozen):
     select: Literal["best", "last"] = "best"
     # tell the optimizer what running trials reached so far, not only what ended trials did
     tell_running: Annotated[bool, Strict()] = False
+    # tell the optimizer each result with the epochs it was reached in, a pruned trial's
+    # unpenalised: a model of configuration and fidelity, proposing for the whole budget
+    tell_epochs: Annotated[bool, Strict()] = False
     metric: Literal["rmse", "mae", "accuracy", "log_loss", "auc"] | None = None
     # what only a region needs may stand here too, for every region to inherit
     data: Path | None = None

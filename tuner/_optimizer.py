@@ -59,9 +59,11 @@ from threadpoolctl import threadpool_limits
 from hoptune.tuner._space import CategoricalDim, IntDim, RealDim, Space
 from hoptune.tuner._warmstart import select_prior
 
-__all__ = ["default_initial_points", "propose", "skopt_dimensions"]
+__all__ = ["default_initial_points", "epoch_fidelity", "propose", "skopt_dimensions"]
 
 GP_RESTARTS = 1
+#: The model's input for a result's fidelity (``propose``'s ``fidelities``).
+FIDELITY = "__fidelity"
 GLOBAL_CANDIDATES = 1024
 LOCAL_CANDIDATES = 512
 LOCAL_CENTRES = 4
@@ -75,6 +77,15 @@ MAX_ENUMERATION = 50_000
 def default_initial_points(space: Space) -> int:
     """Size of the initial design: enough points for the GP to fit length scales."""
     return space.initial_points
+
+
+def epoch_fidelity(epochs_done: int, epochs: int) -> float:
+    """A result's fidelity after ``epochs_done`` of ``epochs`` epochs: log(done) / log(epochs),
+    0 after the first epoch, 1 at the last (rungs halving the trials, at epochs 1, 2,
+    4, ..., lie evenly between)."""
+    if epochs <= 1 or epochs_done >= epochs:
+        return 1.0
+    return math.log(max(1, epochs_done)) / math.log(epochs)
 
 
 def skopt_dimensions(space: Space) -> list[Any]:
@@ -102,6 +113,7 @@ def propose(
     minimize: bool = True,
     prior: Iterable[tuple[Mapping[str, Any], float]] = (),
     n_initial_points: int | None = None,
+    fidelities: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
     """Propose ``n`` new, distinct params for the free trial slots of a study.
 
@@ -113,15 +125,29 @@ def propose(
     the random phase and starts near the previous optimum. The result is
     deterministic in all arguments. Fewer than ``n`` params come back only when
     a finite space has fewer free points left.
+
+    ``fidelities`` (one per ``told`` result, in (0, 1]: how much of its budget the
+    trial had trained when it reached its value, ``epoch_fidelity``) makes the model
+    one of configuration and fidelity together, and proposes for the whole budget
+    (fidelity 1): a result reached after a few epochs then informs the model without
+    standing beside final ones as if it were final. Without it, or with every
+    fidelity 1, every result counts as final.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     told_c = [(space.canonical(p), float(v)) for p, v in told]
+    if fidelities is not None and len(fidelities) != len(told_c):
+        raise ValueError(f"fidelities: one per told result ({len(told_c)}), "
+                         f"got {len(fidelities)}")
     pending_c = [space.canonical(p) for p in pending]
     taken = {_key(p) for p, _ in told_c} | {_key(p) for p in pending_c}
     if n == 0:
         return []
     known = select_prior(space, prior, minimize=minimize) + told_c
+    # a prior's results are its study's final ones
+    levels = None
+    if fidelities is not None and any(float(f) < 1.0 for f in fidelities):
+        levels = [1.0] * (len(known) - len(told_c)) + [float(f) for f in fidelities]
     finite = [v for _, v in known if math.isfinite(v)]
     if n_initial_points is None:
         n_initial_points = default_initial_points(space)
@@ -134,7 +160,7 @@ def propose(
         sign = 1.0 if minimize else -1.0
         observed = [(p, sign * (v if math.isfinite(v) else worst)) for p, v in known]
         with threadpool_limits(limits=1, user_api="blas"):
-            batch = _model_batch(space, observed, pending_c, taken, n, rng)
+            batch = _model_batch(space, observed, pending_c, taken, n, rng, levels)
     if len(batch) < n:
         batch += _fill(space, taken | {_key(p) for p in batch}, n - len(batch), rng)
     return batch
@@ -203,14 +229,25 @@ def _model_batch(
     taken: set[tuple[Any, ...]],
     n: int,
     rng: np.random.Generator,
+    levels: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
-    """A constant-liar batch of ``n`` points maximising expected improvement."""
-    sk_space = SkoptSpace(normalize_dimensions(skopt_dimensions(space)))
+    """A constant-liar batch of ``n`` points maximising expected improvement; with
+    ``levels`` (each observed point's fidelity), over a model whose last input is the
+    fidelity, every candidate, pending point and lie at fidelity 1."""
+    dimensions = skopt_dimensions(space)
+    if levels is not None:
+        dimensions.append(Real(0.0, 1.0, name=FIDELITY))
+    sk_space = SkoptSpace(normalize_dimensions(dimensions))
 
-    def transform(points: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        return sk_space.transform([[p[name] for name in space.names] for p in points])
+    def transform(points: Sequence[Mapping[str, Any]],
+                  at: Sequence[float] | None = None) -> np.ndarray:
+        rows = [[p[name] for name in space.names] for p in points]
+        if levels is not None:
+            rows = [[*row, 1.0 if at is None else float(f)]
+                    for row, f in zip(rows, at or [None] * len(rows), strict=True)]
+        return sk_space.transform(rows)
 
-    X = transform([p for p, _ in observed])
+    X = transform([p for p, _ in observed], levels)
     y = np.array([v for _, v in observed])
     gp = cook_estimator(
         "GP",
@@ -223,6 +260,9 @@ def _model_batch(
         gp.fit(X, y)
     fixed = _fixed_kernel(gp)
     y_best = float(y.min())
+    if levels is not None:
+        # the best the model expects of a configuration tried so far, given its whole budget
+        y_best = float(gp.predict(transform([p for p, _ in observed])).min())
     xi = EI_XI * float(y.std())
     lie = _lie(y)
 

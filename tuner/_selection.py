@@ -29,7 +29,7 @@ from typing import Any
 
 from hoptune.tuner._rows import EpochRow, TrialRow
 
-__all__ = ["best_trial", "selected_epoch", "told", "trial_metric"]
+__all__ = ["best_trial", "selected_epoch", "told", "told_with_epochs", "trial_metric"]
 
 
 def _finite(value: Any) -> bool:
@@ -74,6 +74,19 @@ def told(trials: list[TrialRow], names: Iterable[str], *, minimize: bool, select
     return [({k: t.params[k] for k in names},
              v if t.state != "pruned" or floor is None else worse(v, floor))
             for t, v in scored]
+
+
+def told_with_epochs(trials: list[TrialRow], names: Iterable[str], *, select: str,
+                     running: bool = False) -> list[tuple[dict[str, Any], float, int]]:
+    """(params over ``names``, value, epochs trained) for the trials ``told`` tells about:
+    each one's metric under ``select`` as it stands, a pruned trial's unpenalised, with
+    the epochs it reached it in, for a model of configuration and fidelity together
+    (``tell_epochs``: ``propose``'s ``fidelities``)."""
+    names = list(names)
+    states = ("done", "pruned", "running") if running else ("done", "pruned")
+    scored = [(t, trial_metric(t, select)) for t in trials if t.state in states]
+    return [({k: t.params[k] for k in names}, v, t.epochs_done)
+            for t, v in scored if v is not None]
 
 
 def best_trial(trials: list[TrialRow], minimize: bool, select: str = "best"

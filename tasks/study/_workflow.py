@@ -86,7 +86,7 @@ def _proposals(rt: Runtime, study: StudyRow, trials: list[TrialRow]
     if free <= 0:
         return []
     # scikit-optimize (seconds to import) loads here, in the worker, never in a driver
-    from hoptune.tuner import Space, propose, study_prior
+    from hoptune.tuner import Space, epoch_fidelity, propose, study_prior, told_with_epochs
 
     space = Space.from_json(study.space)
     names = set(space.names)
@@ -96,11 +96,15 @@ def _proposals(rt: Runtime, study: StudyRow, trials: list[TrialRow]
     # a running trial told what it reached so far is no longer a pending point of the batch
     pending = [t for t in active
                if not (running and t.state == "running" and trial_metric(t, select) is not None)]
-    return propose(space, told(trials, names, minimize=minimize, select=select,
-                               running=running),
-                   [{k: t.params[k] for k in names} for t in pending],
+    results, fidelities = told(trials, names, minimize=minimize, select=select,
+                               running=running), None
+    if region.tell_epochs:  # each result with the epochs it was reached in
+        reached = told_with_epochs(trials, names, select=select, running=running)
+        results = [(p, v) for p, v, _ in reached]
+        fidelities = [epoch_fidelity(e, region.epochs) for _, _, e in reached]
+    return propose(space, results, [{k: t.params[k] for k in names} for t in pending],
                    free, seed=study.seed, minimize=bool(study.minimize),
-                   prior=prior)
+                   prior=prior, fidelities=fidelities)
 
 
 class CohortStart(NamedTuple):

@@ -210,17 +210,22 @@ def test_opening_a_study_twice_resumes_the_running_one(make_config, backend) -> 
     rt.db.dispose()
 
 
+def _study_setting(make_config, rt, setting: str) -> int:  # noqa: ANN001
+    """A study of 4 trials, 2 at once, 3 epochs, with ``setting`` in its ``[defaults]``."""
+    path = make_config(trials=4, parallel=2, epochs=3)
+    path.write_text(path.read_text().replace("[defaults.params]",
+                                             f"{setting}\n[defaults.params]"))
+    region, manifest = _region(lambda **_: path, rt)
+    return create_study(rt, region, manifest=manifest)
+
+
 @pytest.mark.parametrize("tell_running", [False, True])
 def test_a_running_trials_epochs_reach_the_optimizer_only_with_tell_running(
         make_config, rt, monkeypatch, tell_running: bool) -> None:
     from hoptune import tuner
     from hoptune.tasks.study._workflow import _proposals
 
-    path = make_config(trials=4, parallel=2, epochs=3)
-    path.write_text(path.read_text().replace(
-        "[defaults.params]", f"tell_running = {str(tell_running).lower()}\n[defaults.params]"))
-    region, manifest = _region(lambda **_: path, rt)
-    study = create_study(rt, region, manifest=manifest)
+    study = _study_setting(make_config, rt, f"tell_running = {str(tell_running).lower()}")
     (running,) = rt.db.create_trials(study, [({"lr": 0.05, "embedding_dim": 8}, 1)])
     rt.db.start_epoch(running, 0, [0, 1])
     rt.db.end_epoch(running, 0, 0.8, minimize=True, outcome="continue", next_order=[1, 0])
@@ -235,3 +240,35 @@ def test_a_running_trials_epochs_reach_the_optimizer_only_with_tell_running(
     point = {"embedding_dim": 8, "lr": 0.05}
     assert seen["observed"] == ([(point, 0.8)] if tell_running else [])
     assert seen["pending"] == ([] if tell_running else [point])
+
+
+@pytest.mark.parametrize("tell_epochs", [False, True])
+def test_tell_epochs_gives_the_optimizer_each_results_fidelity(
+        make_config, rt, monkeypatch, tell_epochs: bool) -> None:
+    from hoptune import tuner
+    from hoptune.tasks.study._workflow import _proposals
+
+    study = _study_setting(make_config, rt, f"tell_epochs = {str(tell_epochs).lower()}")
+    done, pruned = rt.db.create_trials(study, [({"lr": 0.05, "embedding_dim": 8}, 1),
+                                               ({"lr": 0.01, "embedding_dim": 4}, 2)])
+    for epoch in range(3):
+        rt.db.start_epoch(done, epoch, [0, 1])
+        rt.db.end_epoch(done, epoch, 1.0 - 0.1 * epoch, minimize=True,
+                        outcome="continue" if epoch < 2 else "done", next_order=[1, 0])
+    rt.db.start_epoch(pruned, 0, [0, 1])
+    rt.db.end_epoch(pruned, 0, 0.7, minimize=True, outcome="pruned")
+    seen = {}
+
+    def spy(space, observed, pending, n, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        seen.update(observed=observed, fidelities=kwargs.get("fidelities"))
+        return [{"lr": 0.02, "embedding_dim": 6}] * n
+
+    monkeypatch.setattr(tuner, "propose", spy)
+    _proposals(rt, rt.db.study(study), rt.db.trials(study))
+    first, second = {"embedding_dim": 8, "lr": 0.05}, {"embedding_dim": 4, "lr": 0.01}
+    if tell_epochs:  # the pruned trial's 0.7 after 1 of 3 epochs, as it is
+        assert seen["observed"] == [(first, 0.8), (second, 0.7)]
+        assert seen["fidelities"] == [1.0, 0.0]
+    else:  # no better than the worst finished trial, as if final
+        assert seen["observed"] == [(first, 0.8), (second, 0.8)]
+        assert seen["fidelities"] is None

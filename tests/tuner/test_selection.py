@@ -51,3 +51,18 @@ def test_running_trials_tell_what_they_reached_so_far_only_when_asked() -> None:
     assert values == [({"lr": 0.1}, 1.0), ({"lr": 0.3}, 1.0), ({"lr": 0.5}, 0.7)]
     assert told(trials, ["lr"], minimize=True, select="last", running=True)[2] == (
         {"lr": 0.5}, 0.8)
+
+
+def test_told_with_epochs_tells_each_result_unpenalised_with_the_epochs_it_took() -> None:
+    from hoptune.tuner import told_with_epochs
+
+    trials = [trial_row(state=s, params={"lr": lr, "seed": 1}, last_metric=last,
+                        best_metric=best, epochs_done=e)
+              for s, lr, last, best, e in [("done", 0.1, 1.2, 1.0, 8), ("pruned", 0.3, 0.9, 0.9, 1),
+                                           ("running", 0.5, 0.8, 0.7, 3),
+                                           ("pending", 0.6, None, None, 0)]]
+    # the pruned trial's 0.9 stands as it is, beside the epoch it was reached in
+    assert told_with_epochs(trials, ["lr"], select="best") == [({"lr": 0.1}, 1.0, 8),
+                                                                ({"lr": 0.3}, 0.9, 1)]
+    assert told_with_epochs(trials, ["lr"], select="last", running=True) == [
+        ({"lr": 0.1}, 1.2, 8), ({"lr": 0.3}, 0.9, 1), ({"lr": 0.5}, 0.8, 3)]
