@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -21,7 +21,8 @@ import torch
 
 from hoptune.kernels import _cupy, _dispatch, _source, _specs
 
-__all__ = ["HostKernels", "fresh_log", "host_kernels", "kernel_path_on_cpu"]
+__all__ = ["HostKernels", "device_steps_beside", "fresh_log", "host_kernels",
+           "kernel_path_on_cpu"]
 
 SCALAR_CTYPES = {"int32": ctypes.c_int, "int64": ctypes.c_longlong}
 REAL_CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double}
@@ -107,3 +108,21 @@ def kernel_path_on_cpu(
     monkeypatch.setattr(_cupy, "launch", host_kernels.launch)
     host_kernels.launches.clear()
     return host_kernels
+
+
+def device_steps_beside(steps: Any, other: torch.optim.Optimizer,
+                        params: Sequence[Sequence[torch.Tensor]],
+                        gradients: Iterable[Sequence[torch.Tensor]],
+                        check: Callable[[], None]) -> None:
+    """``steps`` (``DeviceSteps`` of the optimizer of ``params[0]``) and ``other``'s steps
+    from Python (over ``params[1]``), side by side: for each of ``gradients``, both sides'
+    gradients written in place (where a CUDA graph keeps them), one device step taken and
+    counted, one step of ``other``, then ``check()``."""
+    for step_gradients in gradients:
+        for side in params:
+            for p, grad in zip(side, step_gradients, strict=True):
+                p.grad.copy_(grad)
+        steps.step()
+        steps.counted()
+        other.step()
+        check()

@@ -15,6 +15,7 @@ import torch
 
 from hoptune import kernels
 from hoptune.kernels import _bounds, _dispatch, reference
+from tests.host_build import device_steps_beside
 
 SHAPES = [(7, 5), (3,), (0,), (11, 13)]
 ADAMW_TRIALS = [
@@ -234,17 +235,14 @@ def test_device_steps_of_a_cohort_are_bitwise_its_steps_from_python(kernel_path_
     steps = a.device_steps(6)
     assert steps is not None
     kernel_path_on_cpu.launches.clear()
-    for j in range(1, 7):
-        for params in (a_params, b_params):
-            for p, grad in zip(params, grads[j], strict=True):
-                p.grad.copy_(grad)  # in place: where a graph keeps them
-        steps.step()
-        steps.counted()
-        b.step()
+
+    def same() -> None:
         for x, y in zip(a_params, b_params, strict=True):
             assert torch.equal(x, y)
             for key in a.state[x]:
                 assert torch.equal(a.state[x][key], b.state[y][key]), key
+
+    device_steps_beside(steps, b, (a_params, b_params), grads[1:], same)
     launched = [k for k, _ in kernel_path_on_cpu.launches]
     name = "ht_adamw_cohort_float32" if kind.startswith("adamw") else "ht_sgd_cohort_float32"
     assert launched.count(name) == 12  # one launch each step of each: a's and b's

@@ -16,6 +16,7 @@ import torch
 
 from hoptune import kernels
 from hoptune.kernels import _dispatch, _multi_tensor
+from tests.host_build import device_steps_beside
 
 Event = Callable[[list[torch.Tensor], int], None]
 
@@ -206,13 +207,9 @@ def test_device_steps_are_bitwise_the_planned_steps_they_stand_for(kernel_path_o
     steps = a.device_steps(4)
     assert steps is not None
     kernel_path_on_cpu.launches.clear()
-    for step in range(2, 6):
-        for params in (pa, pb):
-            _grads_in_place(params, step)
-        steps.step()
-        steps.counted()
-        b.step()
-        _assert_same(a, b, pa, pb)  # the step counts of the state too
+    # the step counts of the state too
+    device_steps_beside(steps, b, (pa, pb), (_grads(pa, step) for step in range(2, 6)),
+                        lambda: _assert_same(a, b, pa, pb))
     # AdamW's steps read their scalars from the table on the device; SGD's are the planned
     # launch itself; b's unplanned steps are launched from the host's scalars
     launched = [k for k, _ in kernel_path_on_cpu.launches]

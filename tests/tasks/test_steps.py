@@ -75,6 +75,17 @@ class FakeGraph:
         return self.losses
 
 
+def _fake_captures():  # noqa: ANN202
+    """A stand-in for ``_capture`` and the list of the FakeGraphs it made, in order."""
+    made: list[FakeGraph] = []
+
+    def capture(index, step, params):  # noqa: ANN001, ANN202
+        made.append(FakeGraph(index, step, params))
+        return made[-1]
+
+    return made, capture
+
+
 def _training(seed: int = 0, rows: int = 23):  # noqa: ANN202
     g = torch.Generator().manual_seed(seed)
     x, y = torch.randn(rows, 4, generator=g), torch.randn(rows, generator=g)
@@ -112,11 +123,7 @@ def _run(choice: CaptureChoice, capture=None, monkeypatch=None, rows: int = 23, 
 
 def test_full_batches_after_the_first_replay_one_capture_bitwise_like_eager_steps(
         monkeypatch) -> None:
-    made: list[FakeGraph] = []
-
-    def capture(index, step, params):  # noqa: ANN001, ANN202
-        made.append(FakeGraph(index, step, params))
-        return made[-1]
+    made, capture = _fake_captures()
 
     eager_model, eager_total, eager_samples, _, _ = _run(CaptureChoice(False, "test"))
     model, total, samples, indices, eager = _run(CaptureChoice(True, "test"), capture,
@@ -179,12 +186,8 @@ class FakeRecord:
 @pytest.mark.parametrize("clip", [None, 0.05], ids=["no-clip", "clip"])
 def test_optimizer_steps_after_the_first_replay_are_one_record_bitwise_like_eager_steps(
         monkeypatch, kernel_path_on_cpu, clip) -> None:  # noqa: F811 - the fixture
-    made: list[FakeGraph] = []
+    made, capture = _fake_captures()
     records: list[FakeRecord] = []
-
-    def capture(index, step, params):  # noqa: ANN001, ANN202
-        made.append(FakeGraph(index, step, params))
-        return made[-1]
 
     def record(work, device):  # noqa: ANN001, ANN202
         records.append(FakeRecord(work))
@@ -230,11 +233,7 @@ def test_optimizer_steps_whose_record_fails_run_from_python(monkeypatch, kernel_
 
 def test_a_pass_after_a_capture_in_the_same_process_captures_its_first_batch(
         monkeypatch) -> None:
-    made: list[FakeGraph] = []
-
-    def capture(index, step, params):  # noqa: ANN001, ANN202
-        made.append(FakeGraph(index, step, params))
-        return made[-1]
+    made, capture = _fake_captures()
 
     eager_model, eager_total, _, _, _ = _run(CaptureChoice(False, "test"))
     _run(CaptureChoice(True, "test"), capture, monkeypatch)  # this process's first capture
