@@ -241,10 +241,11 @@ def _model_batch(
 
     def transform(points: Sequence[Mapping[str, Any]],
                   at: Sequence[float] | None = None) -> np.ndarray:
+        """Points in the model's input space; with ``levels``, each at fidelity ``at`` (1)."""
         rows = [[p[name] for name in space.names] for p in points]
         if levels is not None:
-            rows = [[*row, 1.0 if at is None else float(f)]
-                    for row, f in zip(rows, at or [None] * len(rows), strict=True)]
+            fidelity = [1.0] * len(rows) if at is None else [float(f) for f in at]
+            rows = [[*row, f] for row, f in zip(rows, fidelity, strict=True)]
         return sk_space.transform(rows)
 
     X = transform([p for p, _ in observed], levels)

@@ -96,12 +96,13 @@ def _proposals(rt: Runtime, study: StudyRow, trials: list[TrialRow]
     # a running trial told what it reached so far is no longer a pending point of the batch
     pending = [t for t in active
                if not (running and t.state == "running" and trial_metric(t, select) is not None)]
-    results, fidelities = told(trials, names, minimize=minimize, select=select,
-                               running=running), None
+    fidelities = None
     if region.tell_epochs:  # each result with the epochs it was reached in
         reached = told_with_epochs(trials, names, select=select, running=running)
         results = [(p, v) for p, v, _ in reached]
         fidelities = [epoch_fidelity(e, region.epochs) for _, _, e in reached]
+    else:
+        results = told(trials, names, minimize=minimize, select=select, running=running)
     return propose(space, results, [{k: t.params[k] for k in names} for t in pending],
                    free, seed=study.seed, minimize=bool(study.minimize),
                    prior=prior, fidelities=fidelities)
