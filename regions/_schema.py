@@ -137,6 +137,10 @@ class Pruner(_Frozen):
     min_epochs: Count = 1
     # judge a trial again at every rung it passed, against the values recorded there since
     recheck: Annotated[bool, Strict()] = True
+    # trials take turns over 3 first rungs (after 1, 2 and 4 epochs at the defaults): on
+    # MovieLens 100k the trials that led after one epoch were not those that ended best
+    # (README, "How good is it"; BENCHMARKS.md, bench/quality.py)
+    brackets: Count = 3
 
 
 class Schedule(_Frozen):

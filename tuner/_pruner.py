@@ -23,6 +23,17 @@ same rule, against every value recorded there since: what decides is where it
 stands among the study's trials at that rung, not whether it came early.
 Stopping a trial only ends it, so every trial's weights still replay bitwise.
 
+Brackets (``brackets``, as Hyperband's): a rung after one epoch favours the trials
+that learn fastest, and on real data those are often not the ones that end best
+(on MovieLens 100k, learning rates near 0.01 led after one epoch and overfitted
+from the second, while rates near 0.001, last after one epoch, ended best). So
+the study's trials take turns over ``brackets`` first rungs: trial ``n`` (0-based,
+in the order proposed) is in bracket ``n % brackets`` and is judged first at
+epoch ``min_epochs * reduction_factor**bracket``, then at every rung after it,
+against every trial's values there. A bracket whose first rung is at or past the
+last epoch trains its trials to the end. With ``brackets = 1`` every trial is
+judged from the first rung (plain ASHA).
+
 Immutable and stateless: safe to share between threads and processes.
 """
 
@@ -31,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hoptune.core import ConfigError
 
@@ -45,6 +57,7 @@ class AshaPruner:
     min_epochs: int = 1
     max_epochs: int
     recheck: bool = True
+    brackets: int = 1  # plain ASHA; the configuration's default is 3 (``regions.Pruner``)
     where: str = field(default="pruner", compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -52,6 +65,7 @@ class AshaPruner:
             ("reduction_factor", self.reduction_factor, 2),
             ("min_epochs", self.min_epochs, 1),
             ("max_epochs", self.max_epochs, 1),
+            ("brackets", self.brackets, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{self.where}: {name} ({value!r}) must be an integer >= {least}")
@@ -90,10 +104,31 @@ class AshaPruner:
             better = sum(v > value for v in recorded)
         return better >= kept
 
+    @classmethod
+    def from_settings(cls, settings: Any, max_epochs: int, *, where: str = "pruner"
+                      ) -> AshaPruner:
+        """The pruner of a region's ``pruner`` settings (``regions.Pruner``) for a study of
+        ``max_epochs`` epochs."""
+        return cls(reduction_factor=settings.reduction_factor, min_epochs=settings.min_epochs,
+                   max_epochs=max_epochs, recheck=settings.recheck, brackets=settings.brackets,
+                   where=where)
+
+    def first_rung(self, number: int) -> int:
+        """The first epoch at which the study's trial ``number`` (0-based, in the order
+        proposed) is judged: its bracket's."""
+        return self.min_epochs * self.reduction_factor ** (number % self.brackets)
+
+    def judged_at(self, number: int) -> tuple[int, ...]:
+        """The rungs at which trial ``number`` is judged (its bracket's first and after)."""
+        first = self.first_rung(number)
+        return tuple(r for r in self.rungs() if r >= first)
+
     def should_stop(self, epoch: int, history: Sequence[float],
-                    rung_values: Mapping[int, Sequence[float]], minimize: bool = True) -> bool:
-        """Whether a trial that just ended ``epoch`` stops now, judged at this epoch and, with
-        ``recheck``, again at every rung it passed before.
+                    rung_values: Mapping[int, Sequence[float]], minimize: bool = True,
+                    *, number: int = 0) -> bool:
+        """Whether the study's trial ``number`` (0-based; it sets the bracket), which just
+        ended ``epoch``, stops now: judged at this epoch and, with ``recheck``, again at every
+        rung it passed before, from its bracket's first rung.
 
         ``history[i]`` is the trial's value after epoch ``i + 1`` (``history[epoch - 1]``
         the one just recorded); ``rung_values[r]`` the values every trial of the study
@@ -104,7 +139,8 @@ class AshaPruner:
             raise ValueError(f"history holds {len(history)} values, not the {epoch} epochs")
         if not math.isfinite(history[epoch - 1]):
             return True
-        judged = [r for r in self.rungs() if r == epoch or (self.recheck and r < epoch)]
+        judged = [r for r in self.judged_at(number)
+                  if r == epoch or (self.recheck and r < epoch)]
         return any(self.should_prune(r, history[r - 1], rung_values[r], minimize)
                    for r in judged)
 

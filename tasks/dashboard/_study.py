@@ -18,19 +18,23 @@ __all__ = ["rungs", "study_page", "trial_page"]
 
 def rungs(study: StudyRow) -> tuple[int, ...]:
     """The study's rungs (epochs, from 1) under its region's pruner; none for fixed trials."""
-    if study.space is None:
-        return ()
+    return () if study.space is None else _pruner(study).rungs()
+
+
+def _pruner(study: StudyRow) -> AshaPruner:
+    """The study's pruner as recorded (a study recorded before brackets: one bracket)."""
     pruner = study.region_config.get("pruner") or {}
     return AshaPruner(reduction_factor=int(pruner.get("reduction_factor", 2)),
                       min_epochs=int(pruner.get("min_epochs", 1)),
                       max_epochs=max(1, study.epochs),
-                      recheck=bool(pruner.get("recheck", True))).rungs()
+                      recheck=bool(pruner.get("recheck", True)),
+                      brackets=int(pruner.get("brackets", 1)))
 
 
-def _decision(state: str, epochs_done: int, rung: int) -> str:
-    """What followed a trial's value at ``rung``."""
+def _decision(state: str, epochs_done: int, rung: int, judged: bool) -> str:
+    """What followed a trial's value at ``rung`` (``judged``: a rung of its bracket)."""
     if epochs_done > rung:
-        return "went on"
+        return "went on" if judged else "went on, not judged"  # before its bracket's rungs
     if state == "pruned":
         return "pruned"
     if state == "running":
@@ -65,9 +69,11 @@ def study_page(db: StudyDB, study: StudyRow) -> dict[str, Any]:
             "curve": curves[t.id],
         })
     decisions = []
+    pruner = _pruner(study)
     for rung in rungs(study):
         values = [{"trial": t.number, "value": curves[t.id][rung - 1],
-                   "decision": _decision(t.state, t.epochs_done, rung)}
+                   "decision": _decision(t.state, t.epochs_done, rung,
+                                         rung in pruner.judged_at(t.number))}
                   for t in trials if len(curves[t.id]) >= rung
                   and curves[t.id][rung - 1] is not None]
         values.sort(key=lambda v: v["value"], reverse=not study.minimize)

@@ -228,6 +228,7 @@ class Shape(NamedTuple):
     reduction_factor: int
     min_epochs: int
     recheck: bool = True
+    brackets: int = 1
 
 
 def pruning_record(db: StudyDB, studies: list[StudyRow]) -> list[tuple[Shape, int, int]]:
@@ -237,9 +238,8 @@ def pruning_record(db: StudyDB, studies: list[StudyRow]) -> list[tuple[Shape, in
     out = []
     for study in studies:
         p = region_of(study).pruner
-        if study.kind != "tune" or study.space is None or not AshaPruner(
-                reduction_factor=p.reduction_factor, min_epochs=p.min_epochs,
-                max_epochs=study.epochs).rungs():
+        if study.kind != "tune" or study.space is None or not AshaPruner.from_settings(
+                p, study.epochs).rungs():
             continue
         finished = [t for t in db.trials(study.id) if t.state in ("done", "pruned")]
         if finished:
@@ -247,6 +247,6 @@ def pruning_record(db: StudyDB, studies: list[StudyRow]) -> list[tuple[Shape, in
             recheck = bool((study.region_config.get("pruner") or {}).get("recheck", False))
             out.append((Shape(study.budget, study.parallel, study.epochs,
                               len(study.manifest["rows"]), p.reduction_factor,
-                              p.min_epochs, recheck), len(finished),
+                              p.min_epochs, recheck, p.brackets), len(finished),
                         sum(t.epochs_done for t in finished)))
     return out

@@ -197,10 +197,7 @@ def _studies(inputs: list[_Inputs], scale: float) -> list[SimStudy]:
     out = []
     for i in inputs:
         r = i.region
-        pruner = (AshaPruner(reduction_factor=r.pruner.reduction_factor,
-                             min_epochs=r.pruner.min_epochs, max_epochs=i.epochs,
-                             recheck=r.pruner.recheck)
-                  if r.space else None)
+        pruner = AshaPruner.from_settings(r.pruner, i.epochs) if r.space else None
         out.append(SimStudy(r.name, rows=i.rows, budget=i.budget, parallel=i.parallel,
                             epochs=i.epochs, seed=i.seed, pruner=pruner,
                             in_flight=i.in_flight, improving=i.improving,

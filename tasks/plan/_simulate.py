@@ -414,7 +414,8 @@ class _Simulation:
         spec = study.spec
         history = [self.metric_at(study, t.index, e) for e in range(1, epoch + 1)]
         rungs = {r: study.rung_values.get(r, []) for r in spec.pruner.rungs() if r <= epoch}
-        return spec.pruner.should_stop(epoch, history, rungs, minimize=spec.minimize)
+        return spec.pruner.should_stop(epoch, history, rungs, minimize=spec.minimize,
+                                       number=t.index)
 
     def end_epoch(self, study: _Study, t: _Trial, here: str) -> None:
         """The trial's epoch ends as ``end_of_epoch`` ends it: the next epoch, or the trial

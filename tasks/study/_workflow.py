@@ -361,15 +361,15 @@ def _pruned(db: StudyDB, region: RegionConfig, study: StudyRow, trial: TrialRow,
             metric: float) -> bool:
     """Whether the pruner stops the trial after ``epoch`` (0-based) with ``metric``: judged at
     this epoch's rung, and again at each rung it passed, on what the study recorded there."""
-    pruner = AshaPruner(reduction_factor=region.pruner.reduction_factor,
-                        min_epochs=region.pruner.min_epochs, max_epochs=study.epochs,
-                        recheck=region.pruner.recheck, where=f"regions.{region.name}.pruner")
+    pruner = AshaPruner.from_settings(region.pruner, study.epochs,
+                                      where=f"regions.{region.name}.pruner")
     history = [float("nan") if e.metric is None else float(e.metric)
                for e in db.epochs(trial.id) if e.epoch < epoch] + [metric]
     rungs = {r: db.rung_values(study.id, r - 1) for r in pruner.rungs() if r <= epoch}
     if epoch + 1 in pruner.rungs():
         rungs[epoch + 1] = [*db.rung_values(study.id, epoch), metric]
-    return pruner.should_stop(epoch + 1, history, rungs, minimize=bool(study.minimize))
+    return pruner.should_stop(epoch + 1, history, rungs, minimize=bool(study.minimize),
+                              number=trial.number)
 
 
 def _selected_end(rt: Runtime, region: RegionConfig, trial_id: int, minimize: bool

@@ -148,7 +148,12 @@ def runtime() -> Runtime:
 
 def region_of(study: StudyRow) -> RegionConfig:
     """The region configuration a study was started with (snapshotted in the database)."""
-    return RegionConfig.model_validate(study.region_config)
+    config = study.region_config
+    pruner = config.get("pruner")
+    if isinstance(pruner, dict) and "brackets" not in pruner:
+        # recorded before the pruner had brackets: every trial judged from the first rung
+        config = {**config, "pruner": {**pruner, "brackets": 1}}
+    return RegionConfig.model_validate(config)
 
 
 def study_manifest(rt: Runtime, study: StudyRow) -> dict[str, Any]:

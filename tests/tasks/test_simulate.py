@@ -70,6 +70,20 @@ def test_a_pruned_trial_stops_at_its_rung() -> None:
     assert unpruned.hops == 2 * 3 * 2
 
 
+def test_a_trial_is_judged_from_its_brackets_first_rung_as_the_workflow_judges_it() -> None:
+    # the same worse trial 1, in bracket 1 of 2: first judged after epoch 2, where it is worse
+    pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=3, brackets=2)
+    study = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=2, parallel=1,
+                     epochs=3, pruner=pruner, metric=lambda trial, epoch: float(trial))
+    result = simulate([study], 1)
+    assert result.trials == {"north": {"done": 1, "pruned": 1}}
+    assert result.hops == (3 + 2) * 2
+    # in bracket 2 (first rung after epoch 4, past the last), it trains to the end
+    three = simulate([replace(study, pruner=replace(pruner, brackets=3), budget=3)], 1)
+    assert three.trials == {"north": {"done": 2, "pruned": 1}}
+    assert three.hops == (3 + 2 + 3) * 2
+
+
 def test_shards_are_owned_round_robin_and_spare_workers_replicate() -> None:
     # a region of one shard (task parallelism) is held by every worker, not by the first
     assert assign_shards({"a": 2, "b": 1}, 2) == {("a", 0): ["w0"], ("a", 1): ["w1"],

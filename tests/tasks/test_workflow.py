@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 
@@ -20,6 +21,7 @@ from hoptune.tasks import (
     tune_step,
 )
 from hoptune.tasks.study._workflow import _pruned
+from hoptune.tasks.worker import region_of
 from hoptune.tasks.worker._messages import tune_step_dispatch
 from hoptune.tuner import AshaPruner
 
@@ -67,8 +69,8 @@ def test_a_study_spends_its_budget_and_prunes_at_the_rungs(make_config, rt) -> N
     trials = rt.db.trials(study)
     assert len(trials) == 8
     assert len({tuple(sorted(t.params.items())) for t in trials}) == 8
-    pruner = AshaPruner(reduction_factor=2, min_epochs=1, max_epochs=4)
-    rungs = pruner.rungs()
+    pruner = AshaPruner.from_settings(region.pruner, 4)
+    assert pruner.brackets == 3  # the default: trials take turns over first rungs 1, 2, 4
     pruned = [t for t in trials if t.state == "pruned"]
     done = [t for t in trials if t.state == "done"]
     assert pruned and done
@@ -76,8 +78,8 @@ def test_a_study_spends_its_budget_and_prunes_at_the_rungs(make_config, rt) -> N
         assert t.epochs_done == 4
         assert [e.epoch for e in rt.db.epochs(t.id)] == [0, 1, 2, 3]
     for t in pruned:
-        # stopped at a rung, or at a later epoch end, judged again at a rung it had passed
-        judged = [r for r in rungs if r <= t.epochs_done]
+        # stopped at a rung of its bracket, or at a later epoch end, judged again at one
+        judged = [r for r in pruner.judged_at(t.number) if r <= t.epochs_done]
         assert judged
         metrics = [e.metric for e in rt.db.epochs(t.id)]
         # at one of those rungs, a trial that went on past it scored better than this one
@@ -120,6 +122,30 @@ def test_the_workflow_judges_a_trial_again_at_the_rungs_it_passed(make_config, r
         update={"recheck": False})})
     assert not _pruned(rt.db, unchecked, study, trial, 1, 0.8)
     assert not _pruned(rt.db, region, study, rt.db.trial(later[0]), 1, 0.45)  # the best
+
+
+def test_a_trial_is_judged_from_its_brackets_first_rung(make_config, rt) -> None:
+    """Trial 1 of three brackets is judged first after epoch 2: its last place after epoch 1
+    stops it only with one bracket, or in a study recorded before brackets (one, then)."""
+    path = make_config(trials=4, parallel=4, epochs=4)
+    region = load_config(path).region("north")  # rungs after epochs 1 and 2
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = rt.db.study(create_study(rt, region, manifest=manifest))
+    assert region_of(study).pruner.brackets == 3
+    tids = rt.db.create_trials(study.id, [({"lr": 0.01 * i}, i) for i in range(1, 5)])
+    for tid, metric in zip((tids[0], *tids[2:]), (0.5, 0.6, 0.7), strict=True):
+        rt.db.start_epoch(tid, 0, [0, 1])
+        rt.db.end_epoch(tid, 0, metric, minimize=True, outcome="continue", next_order=[1, 0])
+    second = rt.db.trial(tids[1])
+    assert second.number == 1
+    assert not _pruned(rt.db, region, study, second, 0, 0.9)
+    plain = region.model_copy(update={"pruner": region.pruner.model_copy(
+        update={"brackets": 1})})
+    assert _pruned(rt.db, plain, study, second, 0, 0.9)
+    # a study recorded before brackets existed: its pruner has no such field
+    recorded = {**study.region_config, "pruner": {
+        k: v for k, v in study.region_config["pruner"].items() if k != "brackets"}}
+    assert region_of(dataclasses.replace(study, region_config=recorded)).pruner.brackets == 1
 
 
 def _seed_parent(rt, region, manifest, good_lr: float) -> int:  # noqa: ANN001

@@ -40,6 +40,7 @@ def test_rungs(kwargs: dict, rungs: tuple[int, ...]) -> None:
         ({"max_epochs": 0}, "max_epochs (0) must be an integer >= 1"),
         ({"max_epochs": True}, "max_epochs (True) must be an integer >= 1"),
         ({"max_epochs": "10"}, "max_epochs ('10') must be an integer >= 1"),
+        ({"max_epochs": 10, "brackets": 0}, "brackets (0) must be an integer >= 1"),
     ],
 )
 def test_bad_arguments(kwargs: dict, message: str) -> None:
@@ -158,7 +159,8 @@ def interleaved(pruner: AshaPruner, curves: list[list[float]], starts: list[int]
             recorded.setdefault(epoch, []).append(curve[epoch - 1])
             trained[trial] = epoch
             rungs = {r: recorded.get(r, []) for r in pruner.rungs() if r <= epoch}
-            if epoch < pruner.max_epochs and pruner.should_stop(epoch, curve[:epoch], rungs):
+            if epoch < pruner.max_epochs and pruner.should_stop(epoch, curve[:epoch], rungs,
+                                                                number=trial):
                 stopped[trial] = True
     return trained
 
@@ -195,3 +197,46 @@ def test_judged_again_at_every_rung_passed_by_the_same_rule() -> None:
         pruner.should_stop(2, [0.9], {1: [0.9]})
     with pytest.raises(ConfigError, match="recheck"):
         AshaPruner(max_epochs=9, recheck="yes")  # type: ignore[arg-type]
+
+
+def test_brackets_take_turns_over_the_first_rungs() -> None:
+    pruner = AshaPruner(max_epochs=8, brackets=3)  # rungs 1, 2, 4
+    assert [pruner.first_rung(n) for n in range(7)] == [1, 2, 4, 1, 2, 4, 1]
+    assert [pruner.judged_at(n) for n in range(3)] == [(1, 2, 4), (2, 4), (4,)]
+    # a bracket past the last rung trains its trials to the end; one bracket is plain ASHA
+    assert AshaPruner(max_epochs=8, brackets=4).judged_at(3) == ()
+    assert AshaPruner(max_epochs=8).judged_at(5) == (1, 2, 4)
+    # below its first rung a trial is not judged, whatever the rung holds, recheck or not
+    worse = {1: [0.1, 0.2, 0.3, 0.9], 2: [0.1, 0.2, 0.3, 0.8]}
+    assert pruner.should_stop(1, [0.9], worse, number=0)
+    assert not pruner.should_stop(1, [0.9], worse, number=1)
+    assert not pruner.should_stop(2, [0.9, 0.8], worse, number=2)
+    assert pruner.should_stop(2, [0.9, 0.8], worse, number=1)
+    assert pruner.should_stop(1, [math.nan], worse, number=2)  # diverged: stops in any bracket
+
+
+def test_brackets_keep_slow_starters_that_end_best() -> None:
+    """The pattern of MovieLens 100k: fast learners lead after one epoch and then overfit,
+    slow learners are last after one epoch and end best. With one bracket every slow learner
+    stops at the first rung; with three, those whose turn starts at the rung after 4 epochs
+    train to the end, and the study's best value is a slow learner's."""
+    def fast(i: int) -> list[float]:
+        return [0.93 + 0.01 * i + 0.01 * (e - 1) for e in range(1, 9)]
+
+    def slow(i: int) -> list[float]:
+        return [0.88 + 0.005 * i + 0.16 / e for e in range(1, 9)]
+
+    curves = [fast(n // 2) if n % 2 == 0 else slow(n // 2) for n in range(9)]
+    starts = [n // 2 for n in range(9)]  # two at a time, as a study of 2 parallel trials
+    best_fast = min(min(curves[n]) for n in range(0, 9, 2))
+    plain = interleaved(AshaPruner(max_epochs=8), curves, starts)
+    assert all(plain[n] <= 2 for n in range(1, 9, 2))  # no slow learner past rung 2
+    assert min(min(c[:plain[n]]) for n, c in enumerate(curves)) == best_fast
+    turns = interleaved(AshaPruner(max_epochs=8, brackets=3), curves, starts)
+    assert turns[5] == 8  # slow, bracket 2: first judged after epoch 4, where it leads
+    assert min(min(c[:turns[n]]) for n, c in enumerate(curves)) < best_fast
+    # the best fast learner still passes rungs 1 and 2, until the slow learner, better at
+    # rung 4, takes the one place kept there
+    assert plain[0] == 8 and 4 <= turns[0] < 8
+    # the slow learner of bracket 0 still stops at the first rung
+    assert turns[3] == 1
