@@ -34,7 +34,7 @@ def _pruner(study: StudyRow) -> AshaPruner:
 def _decision(state: str, epochs_done: int, rung: int, judged: bool) -> str:
     """What followed a trial's value at ``rung`` (``judged``: a rung of its bracket)."""
     if epochs_done > rung:
-        return "went on" if judged else "went on, not judged"  # before its bracket's rungs
+        return "went on" if judged else "not judged"  # it went on: its bracket starts later
     if state == "pruned":
         return "pruned"
     if state == "running":

@@ -216,6 +216,12 @@ def test_a_pruned_trial_is_marked_at_its_rung(night: Night, tmp_path: Path) -> N
         decided = page.locator(f"#rungs [data-rung='{rung}'] tr[data-trial='{trial['number']}']")
         assert decided.get_attribute("data-decision") == "pruned"
     assert page.locator("#curves .pruned-mark").count() == len(pruned)
+    # trial 2 is in the third bracket, first judged after epoch 4, past the study's 3: it
+    # trains every epoch, and no rung judged it
+    assert next(t for t in data["trials"] if t["number"] == 2)["epochs_done"] == 3
+    for rung in data["rungs"]:
+        decided = page.locator(f"#rungs [data-rung='{rung}'] tr[data-trial='2']")
+        assert decided.get_attribute("data-decision") == "not judged"
     page.click(f"#trials tr[data-trial='{pruned[0]['number']}']")
     page.wait_for_selector(f"#trial-curve[data-trial='{pruned[0]['number']}'] .pruned-mark")
     shoot(night, "study-done", tmp_path)
