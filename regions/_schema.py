@@ -49,7 +49,7 @@ EXPECT = {
     **dict.fromkeys(("epochs", "trials", "parallel"), "an integer >= 1"),
     "fuse": "an integer from 1 to 64 or 'auto'",
     **dict.fromkeys(("seed", "max_redeliveries"), "an integer >= 0"),
-    "min_epochs": "an integer >= 1",
+    **dict.fromkeys(("min_epochs", "brackets"), "an integer >= 1"),
     "reduction_factor": "an integer >= 2",
     "validation_fraction": "a number > 0 and < 1",
     "optimizer": "one of fused_adamw, fused_sgd, adamw, sgd",

@@ -197,6 +197,11 @@ BAD = [
     ),
     (
         "min_epochs = 1",
+        "min_epochs = 1\nbrackets = 0",
+        "defaults.pruner.brackets: must be an integer >= 1, got 0",
+    ),
+    (
+        "min_epochs = 1",
         "min_epoch = 1",
         "defaults.pruner: unknown field 'min_epoch' (did you mean 'min_epochs'?)",
     ),
