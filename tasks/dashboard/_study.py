@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hoptune.tasks.worker import region_of
 from hoptune.tuner import AshaPruner, HopRecords, StudyDB, StudyRow, best_trial, trial_metric
 
 __all__ = ["rungs", "study_page", "trial_page"]
@@ -22,13 +23,8 @@ def rungs(study: StudyRow) -> tuple[int, ...]:
 
 
 def _pruner(study: StudyRow) -> AshaPruner:
-    """The study's pruner as recorded (a study recorded before brackets: one bracket)."""
-    pruner = study.region_config.get("pruner") or {}
-    return AshaPruner(reduction_factor=int(pruner.get("reduction_factor", 2)),
-                      min_epochs=int(pruner.get("min_epochs", 1)),
-                      max_epochs=max(1, study.epochs),
-                      recheck=bool(pruner.get("recheck", True)),
-                      brackets=int(pruner.get("brackets", 1)))
+    """The study's pruner as the workflow judges it (``region_of``: as recorded)."""
+    return AshaPruner.from_settings(region_of(study).pruner, max(1, study.epochs))
 
 
 def _decision(state: str, epochs_done: int, rung: int, judged: bool) -> str:
