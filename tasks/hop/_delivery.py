@@ -37,7 +37,7 @@ class EpochEnd:
     epoch: int
     model: torch.nn.Module | None
     manifest: dict[str, Any]
-    written: Future[None] | None = None
+    written: Future[Any] | None = None
 
 
 @dataclass
@@ -62,7 +62,7 @@ class HopReport:
     # record so, or a shard this worker does not own): the task sets it aside as a dead letter
     set_aside: str | None = None
     # the write of its checkpoint, behind its hand-on (``save``); None: written, or none
-    written: Future[None] | None = None
+    written: Future[Any] | None = None
 
 
 @dataclass

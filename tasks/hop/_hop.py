@@ -43,7 +43,6 @@ from hoptune.tasks.worker import (
     Runtime,
     checkpoint_key,
     describe,
-    encode_checkpoint,
     hop_dispatch,
     keep_final,
     live_after,
@@ -324,11 +323,13 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
          optimizer: torch.optim.Optimizer, trained: TrainedPass) -> None:
     """Write the trained hop's checkpoint (and keep it in memory) and fill in its report.
 
-    The hop serialises its checkpoint here and leaves the write to the process's
+    The hop leaves its checkpoint's layout, checksum and write to the process's
     writer (``report.written``), behind its hand-on: the successor's reader waits
     for it, and after an epoch's last hop the epoch's end validates the weights in
-    memory meanwhile and waits for the write before it decides (what it decides
-    may keep the file as the trial's final or best weights).
+    memory meanwhile (reading them, as the writer does) and waits for the write
+    before it decides (what it decides may keep the file as the trial's final or
+    best weights). The next hop to train these tensors in this process takes them
+    from ``rt.latest``, which waits for the write too.
     """
     report = c.report
     report.trained = True
@@ -337,11 +338,10 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     started = time.perf_counter()
     checkpoint = Checkpoint(model=model.state_dict(), optimizer=optimizer.state_dict(),
                             samples=trained.samples, loss=trained.loss)
-    data, digest = encode_checkpoint(checkpoint)
     epoch, position = report.epoch, report.position
-    report.written = rt.writer.write(rt.store, key, data, then=lambda: _drop_old_checkpoints(
+    report.written = rt.writer.save(rt.store, key, checkpoint, then=lambda: _drop_old_checkpoints(
         rt.store, c.study.id, c.trial.id, epoch, position, c.region.shards))
-    rt.latest.keep(c.trial.id, key, digest, checkpoint, report.written)
+    rt.latest.keep(c.trial.id, key, None, checkpoint, report.written)
     report.save_seconds = time.perf_counter() - started
 
 

@@ -285,7 +285,7 @@ def _fill_at_boundary(rt: Runtime, out: list[Dispatch], going_on: list[EpochEnd]
 def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
                  trial: TrialRow, epoch: int, model: torch.nn.Module | None,
                  manifest: dict[str, Any], first_shard: int | None = None,
-                 written: Future[None] | None = None) -> list[Dispatch]:
+                 written: Future[Any] | None = None) -> list[Dispatch]:
     """Validate after an epoch's last hop; continue, prune or end the trial, once.
 
     ``first_shard`` (a cohort's, chosen by a member that went on first) is where

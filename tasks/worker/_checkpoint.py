@@ -21,11 +21,14 @@ checksum wrong and runs the hop before again (a rewind): the cost is one hop,
 the same as a worker killed mid-hop. Only what outlives the trial is synced:
 its final checkpoint (``keep_final``), which promotion and the report read.
 
-Written behind: a hop serialises its checkpoint on its own path and hands its
-bytes to the process's ``CheckpointWriter`` thread (at a lower priority), which
-writes them while the hop records itself and its successor is dispatched, or,
+Written behind: a hop hands its checkpoint to the process's ``CheckpointWriter``
+thread (at a lower priority), which lays it out, checksums it and writes it while
+the hop records itself and its successor is dispatched, or,
 after an epoch's last hop, while the epoch's end validates the weights in
-memory; the epoch is decided only once the write landed. The reader of a
+memory; the epoch is decided only once the write landed. Its tensors stay as
+they are until then: the next hop that trains them in this process takes them
+through ``LatestCheckpoints.take``, which waits for the write (a checkpoint on a
+GPU is copied to host memory on the hop's own path first, on its own stream). The reader of a
 checkpoint not yet there waits for it (``load_checkpoint``'s ``wait``) as long
 as its writer could still be alive; a writer killed before its write finished
 costs the hop that wrote it, which the reader rewinds, as for a lost file.
@@ -139,15 +142,21 @@ def _encode_saved(payload: dict[str, Any]) -> tuple[memoryview, bytes]:
 
 def _tensor_bytes(value: Any) -> int:
     """How many bytes the tensors in ``value`` (nested dicts, lists and tuples) hold."""
+    return sum(t.nbytes for t in _tensors(value))
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors in ``value`` (nested dicts, lists and tuples)."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.nbytes
-    if isinstance(value, dict):
-        return sum(_tensor_bytes(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in value)
-    return 0
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
 
 
 @contextmanager
@@ -200,22 +209,64 @@ class CheckpointWriter:
 
     def write(self, store: Store, key: str, data: memoryview,
               then: Callable[[], None] | None = None) -> Future[None]:
+        """Write ``data`` (``encode_checkpoint``'s bytes) under ``key``; a future of it."""
         def job() -> None:
-            try:
-                write_encoded(store, key, data)
-            except Exception:
-                log.error("checkpoint %s could not be written: the hop that reads it runs the "
-                          "hop that wrote it again", key, exc_info=True)
-                raise
+            self._write(store, key, data)
             if then is not None:
                 then()
 
+        return self._submit(job)
+
+    def save(self, store: Store, key: str, checkpoint: Checkpoint,
+             then: Callable[[], None] | None = None) -> Future[bytes]:
+        """Encode ``checkpoint`` and write it under ``key``; a future of its digest.
+
+        A checkpoint in host memory is laid out and checksummed by the writer thread,
+        off the caller's path, so the caller leaves its tensors as they are until the
+        future is done. One with a tensor elsewhere (a GPU's) is copied to host memory
+        here first, on the caller's thread and stream, as the training left it.
+        """
+        import torch
+
+        cpu = torch.device("cpu")
+        encoded = (None if all(t.device == cpu for t in _tensors(
+            [checkpoint.model, checkpoint.optimizer])) else encode_checkpoint(checkpoint))
+
+        def job() -> bytes:
+            data, digest = encoded if encoded is not None else _encoded(key, checkpoint)
+            self._write(store, key, data)
+            if then is not None:
+                then()
+            return digest
+
+        return self._submit(job)
+
+    @staticmethod
+    def _write(store: Store, key: str, data: memoryview) -> None:
+        try:
+            write_encoded(store, key, data)
+        except Exception:
+            log.error("checkpoint %s could not be written: the hop that reads it runs the "
+                      "hop that wrote it again", key, exc_info=True)
+            raise
+
+    def _submit(self, job: Callable[[], Any]) -> Future[Any]:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="hoptune-checkpoint",
                                                 initializer=_yield_to_hops)
                 self._pid = os.getpid()
             return self._pool.submit(job)
+
+
+def _encoded(key: str, checkpoint: Checkpoint) -> tuple[memoryview, bytes]:
+    """``encode_checkpoint`` on the writer thread, a failure logged as a failed write's."""
+    try:
+        return encode_checkpoint(checkpoint)
+    except Exception:
+        log.error("checkpoint %s could not be encoded: the hop that reads it runs the hop "
+                  "that wrote it again", key, exc_info=True)
+        raise
 
 
 #: How much lower the writer thread's scheduling priority is than the hops' (Linux nice levels).
@@ -264,21 +315,22 @@ class LatestCheckpoints:
     """The latest checkpoint each trial wrote from this process, by trial, bounded.
 
     ``take`` hands an entry out once (the hop that takes it trains its tensors
-    in place) and only if the store still holds that very checkpoint: same
-    key, same SHA-256. Thread-safe.
+    in place), only once its write behind is done, and only if the store still
+    holds that very checkpoint: same key, same digest. Thread-safe.
     """
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = checkpoints_in_memory() if limit is None else limit
-        self._entries: OrderedDict[int, tuple[str, bytes, Checkpoint, Future[None] | None]] = (
-            OrderedDict())
+        self._entries: OrderedDict[
+            int, tuple[str, bytes | None, Checkpoint, Future[Any] | None]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def keep(self, trial_id: int, key: str, digest: bytes, checkpoint: Checkpoint,
-             written: Future[None] | None = None) -> None:
+    def keep(self, trial_id: int, key: str, digest: bytes | None, checkpoint: Checkpoint,
+             written: Future[Any] | None = None) -> None:
         """Keep ``checkpoint`` (stored under ``key`` with ``digest``, or being written there
-        behind: ``written``) as trial ``trial_id``'s latest."""
+        behind: ``written``; with no ``digest``, ``written``'s result is it: the writer's
+        ``save``) as trial ``trial_id``'s latest."""
         if self.limit <= 0:
             return
         with self._lock:
@@ -290,12 +342,15 @@ class LatestCheckpoints:
     def take(self, store: Store, trial_id: int, key: str) -> Checkpoint | None:
         with self._lock:
             entry = self._entries.pop(trial_id, None)
+        digest = None if entry is None else entry[1]
         if entry is not None and entry[3] is not None:
             try:
-                entry[3].result()  # its write behind: what the store holds is compared next
+                done = entry[3].result()  # its write behind: what the store holds is compared
             except Exception:  # noqa: BLE001 - logged by the writer; the store decides
-                pass
-        if entry is None or entry[0] != key or stored_digest(store, key) != entry[1]:
+                done = None
+            digest = done if digest is None else digest
+        if (entry is None or digest is None or entry[0] != key
+                or stored_digest(store, key) != digest):
             self.misses += 1
             return None
         self.hits += 1

@@ -149,6 +149,62 @@ def test_a_kept_checkpoint_written_behind_is_taken_once_its_write_landed(tmp_pat
     assert written.done()
 
 
+def _spy_encodes(monkeypatch) -> list[int]:
+    """The threads ``encode_checkpoint`` runs on, from here on."""
+    from hoptune.tasks.worker import _checkpoint as module
+
+    threads: list[int] = []
+    real = module.encode_checkpoint
+
+    def spy(checkpoint: Checkpoint):
+        threads.append(threading.get_ident())
+        return real(checkpoint)
+
+    monkeypatch.setattr(module, "encode_checkpoint", spy)
+    return threads
+
+
+def test_a_checkpoint_saved_behind_is_laid_out_and_summed_on_the_writer_thread(
+        tmp_path, monkeypatch) -> None:
+    """``CheckpointWriter.save``: a checkpoint in host memory is encoded off the caller's
+    thread; its future gives the digest ``encode_checkpoint`` gives, the kept copy is taken
+    once that write landed, and the stored bytes read back bitwise."""
+    threads = _spy_encodes(monkeypatch)
+    store, writer, latest = Store(str(tmp_path)), CheckpointWriter(), LatestCheckpoints(limit=2)
+    weights = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    mine = Checkpoint(model={"w": weights}, optimizer={"state": {0: {"m": weights[:10] * 2}}},
+                      samples=5, loss=0.25)
+    written = writer.save(store, "a.pt", mine)
+    latest.keep(7, "a.pt", None, mine, written)
+    assert latest.take(store, 7, "a.pt") is mine
+    assert threads and threading.get_ident() not in threads
+    assert written.result() == encode_checkpoint(mine)[1]
+    back = load_checkpoint(store, "a.pt")
+    assert torch.equal(back.model["w"], weights) and back.loss == 0.25
+    assert torch.equal(back.optimizer["state"][0]["m"], weights[:10] * 2)
+
+
+def test_a_checkpoint_that_cannot_be_encoded_behind_is_a_failed_write(
+        tmp_path, monkeypatch, caplog) -> None:
+    """Its future raises, nothing is stored, the kept copy is never taken (its reader finds
+    the checkpoint missing and rewinds, as after a failed write), and the log says why."""
+    from hoptune.tasks.worker import _checkpoint as module
+
+    def broken(checkpoint: Checkpoint):
+        raise RuntimeError("no room")
+
+    monkeypatch.setattr(module, "encode_checkpoint", broken)
+    store, writer, latest = Store(str(tmp_path)), CheckpointWriter(), LatestCheckpoints(limit=2)
+    mine = _checkpoint(1.0)
+    written = writer.save(store, "a.pt", mine)
+    latest.keep(7, "a.pt", None, mine, written)
+    assert latest.take(store, 7, "a.pt") is None
+    with pytest.raises(RuntimeError, match="no room"):
+        written.result()
+    assert not store.exists("a.pt")
+    assert "checkpoint a.pt could not be encoded" in caplog.text
+
+
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="POSIX nice levels")
 def test_the_writer_thread_yields_to_the_hand_on_it_is_behind(tmp_path) -> None:
     """The writer thread runs at nice 10 (Linux: per thread), the hand-on's own thread at its

@@ -92,3 +92,34 @@ def test_a_checkpoint_loads_onto_the_gpu_with_its_step_counts_on_the_cpu(make_co
     finally:
         rt.db.dispose()
         torch.use_deterministic_algorithms(False)  # as the other tests of this process expect
+
+
+def test_a_gpu_checkpoint_saved_behind_is_copied_to_the_host_on_the_hops_thread(tmp_path) -> None:
+    """The writer lays out a host checkpoint on its own thread; one on the GPU is copied to
+    host memory on the caller's thread and stream first, as the training left it, so the
+    tensors' next in-place step can never race the copy. It reads back bitwise."""
+    import threading
+
+    from hoptune.tasks.worker import _checkpoint as module
+
+    threads: list[int] = []
+    real = module.encode_checkpoint
+
+    def spy(checkpoint):
+        threads.append(threading.get_ident())
+        return real(checkpoint)
+
+    weights = torch.randn(4096, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    mine = module.Checkpoint(model={"w": weights}, optimizer={"state": {0: {
+        "step": torch.tensor(3.0), "exp_avg": weights * 2}}}, samples=5, loss=0.5)
+    store = Store(str(tmp_path))
+    original, module.encode_checkpoint = module.encode_checkpoint, spy
+    try:
+        digest = module.CheckpointWriter().save(store, "a.pt", mine).result()
+    finally:
+        module.encode_checkpoint = original
+    assert threads == [threading.get_ident()]
+    assert digest == real(mine)[1]
+    back = load_checkpoint(store, "a.pt")
+    assert torch.equal(back.model["w"], weights.cpu())
+    assert torch.equal(back.optimizer["state"][0]["exp_avg"], (weights * 2).cpu())
