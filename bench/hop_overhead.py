@@ -328,8 +328,9 @@ alternating with the other; medians over the hops of its runs (dispatch over the
 within an epoch). {before}"after" is this checkout (a hop's checkpoint
 laid out flat, a header and each tensor's raw bytes, instead of `torch.save`'s archive, and
 loaded as views of the bytes read instead of copies; checksummed with XXH3-128 instead of
-SHA-256 and torch's per-record CRC-32; written behind its hand-on, an epoch's last hop's
-too, by the worker's writer thread at nice 10, a MiB per write call; the model rebuilt as a
+SHA-256 and torch's per-record CRC-32; laid out, checksummed and written behind its
+hand-on, an epoch's last hop's too, by the worker's writer thread at nice 10, a MiB per
+write call; the model rebuilt as a
 copy of a template instead of a build on the meta device; the training process keeping the memory it
 frees instead of faulting the next hop's buffers in afresh; the hop's checks of its message
 read in one transaction that takes no write lock; its progress event sent after the next
