@@ -243,10 +243,8 @@ def pruning_record(db: StudyDB, studies: list[StudyRow]) -> list[tuple[Shape, in
             continue
         finished = [t for t in db.trials(study.id) if t.state in ("done", "pruned")]
         if finished:
-            # a study recorded before the pruner judged trials again has no recheck field
-            recheck = bool((study.region_config.get("pruner") or {}).get("recheck", False))
             out.append((Shape(study.budget, study.parallel, study.epochs,
                               len(study.manifest["rows"]), p.reduction_factor,
-                              p.min_epochs, recheck, p.brackets), len(finished),
+                              p.min_epochs, p.recheck, p.brackets), len(finished),
                         sum(t.epochs_done for t in finished)))
     return out

@@ -146,13 +146,18 @@ def runtime() -> Runtime:
         return _runtime
 
 
+#: The pruner's fields a study recorded before they existed lacks, as it judged then: every
+#: trial from the first rung (one bracket), each rung once (no judging again).
+_RECORDED_BEFORE = {"brackets": 1, "recheck": False}
+
+
 def region_of(study: StudyRow) -> RegionConfig:
     """The region configuration a study was started with (snapshotted in the database)."""
     config = study.region_config
     pruner = config.get("pruner")
-    if isinstance(pruner, dict) and "brackets" not in pruner:
-        # recorded before the pruner had brackets: every trial judged from the first rung
-        config = {**config, "pruner": {**pruner, "brackets": 1}}
+    if isinstance(pruner, dict) and not _RECORDED_BEFORE.keys() <= pruner.keys():
+        # recorded before the pruner had these fields: it judges as it did then
+        config = {**config, "pruner": {**_RECORDED_BEFORE, **pruner}}
     return RegionConfig.model_validate(config)
 
 

@@ -206,6 +206,10 @@ def test_a_pruning_record_counts_the_epochs_its_finished_trials_trained(region) 
     shape = Shape(4, 2, 3, 2, 2, 1, True)
     assert pruning_record(db, [early, late, running, untuned, calibration]) == [
         (shape, 4, 8), (shape, 4, 10), (shape, 3, 7)]
+    # recorded before the pruner judged trials again (no such field): it did not, then
+    older = study(6, [3, 1, 1, 3], region_config={
+        **region, "pruner": {"reduction_factor": 2, "min_epochs": 1}})
+    assert pruning_record(db, [older]) == [(Shape(4, 2, 3, 2, 2, 1, False), 4, 8)]
     # as many pruned, later: a stronger trend, and its simulated epochs the nearer to 10
     slow, fast = _trend([(shape, 4, 8)]), _trend([(shape, 4, 10)])
     assert slow < fast

@@ -146,6 +146,11 @@ def test_a_trial_is_judged_from_its_brackets_first_rung(make_config, rt) -> None
     recorded = {**study.region_config, "pruner": {
         k: v for k, v in study.region_config["pruner"].items() if k != "brackets"}}
     assert region_of(dataclasses.replace(study, region_config=recorded)).pruner.brackets == 1
+    assert region_of(study).pruner.recheck is True
+    # one recorded before the pruner judged trials again has neither field: judged as then
+    older = {**recorded, "pruner": {
+        k: v for k, v in recorded["pruner"].items() if k != "recheck"}}
+    assert region_of(dataclasses.replace(study, region_config=older)).pruner.recheck is False
 
 
 def _seed_parent(rt, region, manifest, good_lr: float) -> int:  # noqa: ANN001
