@@ -107,8 +107,8 @@ class AshaPruner:
     @classmethod
     def from_settings(cls, settings: Any, max_epochs: int, *, where: str = "pruner"
                       ) -> AshaPruner:
-        """The pruner of a region's ``pruner`` settings (``regions.Pruner``) for a study of
-        ``max_epochs`` epochs."""
+        """The pruner of a region's ``pruner`` settings (``regions.Pruner``, or anything with
+        its fields: the planner's study ``Shape``) for a study of ``max_epochs`` epochs."""
         return cls(reduction_factor=settings.reduction_factor, min_epochs=settings.min_epochs,
                    max_epochs=max_epochs, recheck=settings.recheck, brackets=settings.brackets,
                    where=where)

@@ -101,9 +101,7 @@ def _epochs_per_trial(shape: Shape, improving: float) -> float:
     """The epochs a trial of a study of ``shape`` trains under ASHA and trend ``improving``:
     the mean over ``ORDERS`` orders of the metrics (one order of 8 trials prunes 2 to 6), a
     second a hop: a tenth of a second on a small host, once a process."""
-    pruner = AshaPruner(reduction_factor=shape.reduction_factor, min_epochs=shape.min_epochs,
-                        max_epochs=shape.epochs, recheck=shape.recheck,
-                        brackets=shape.brackets)
+    pruner = AshaPruner.from_settings(shape, shape.epochs)  # a shape holds the pruner's fields
     epochs = []
     for draw in range(ORDERS):
         study = SimStudy("fit", rows=[1] * shape.shards, hop_seconds=lambda _rows: 1.0,
