@@ -18,6 +18,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,27 @@ def redis_url() -> str:
 
     redis_client(REDIS_URL, 5.0).flushdb()
     return REDIS_URL
+
+
+class LockClock:
+    """The study database locks' clock, moved only by :meth:`advance`."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def lock_clock(monkeypatch: pytest.MonkeyPatch) -> LockClock:
+    """The locks read this clock instead of the wall's: a loaded host's pauses decide nothing."""
+    clock = LockClock()
+    monkeypatch.setattr("hoptune.tuner._locks.utcnow", clock)
+    return clock
 
 
 @pytest.fixture

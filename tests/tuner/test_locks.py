@@ -2,13 +2,13 @@
 
 The promise of the nightly lock rests on these: one holder at a time; a holder
 that keeps renewing keeps it; a holder that stops renewing loses it at its
-expiry, to the next one that asks.
+expiry, to the next one that asks. The locks read a clock the tests move by hand
+(``lock_clock``), so a loaded host's pauses decide nothing.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 
 from hoptune.tuner import Locks, StudyDB
 
@@ -25,11 +25,12 @@ def test_one_holder_at_a_time_until_release(db: StudyDB) -> None:
     assert locks.acquire("nightly", "b", TTL) is None
 
 
-def test_a_holder_that_stops_renewing_is_taken_over_after_its_timeout(db: StudyDB) -> None:
+def test_a_holder_that_stops_renewing_is_taken_over_after_its_timeout(db: StudyDB,
+                                                                    lock_clock) -> None:
     locks = Locks(db)
     assert locks.acquire("nightly", "a", TTL) is None
     assert locks.acquire("nightly", "b", TTL)["holder"] == "a"
-    time.sleep(TTL + 0.2)  # a makes no progress: no renewal
+    lock_clock.advance(TTL + 0.2)  # a makes no progress: no renewal
     assert locks.acquire("nightly", "b", TTL) is None
     # the old holder has lost it: it can neither renew nor release b's lock
     assert locks.renew("nightly", "a", TTL) is False
@@ -37,15 +38,14 @@ def test_a_holder_that_stops_renewing_is_taken_over_after_its_timeout(db: StudyD
     assert locks.acquire("nightly", "a", TTL)["holder"] == "b"
 
 
-def test_a_holder_that_renews_keeps_the_lock_past_its_timeout(db: StudyDB) -> None:
+def test_a_holder_that_renews_keeps_the_lock_past_its_timeout(db: StudyDB, lock_clock) -> None:
     locks = Locks(db)
-    started = time.monotonic()
     assert locks.acquire("nightly", "a", TTL) is None
-    while time.monotonic() - started < 3 * TTL:
-        time.sleep(TTL / 3)
+    for _ in range(9):  # three times the lock's timeout, renewed every third of it
+        lock_clock.advance(TTL / 3)
         assert locks.renew("nightly", "a", TTL) is True
         assert locks.acquire("nightly", "b", TTL)["holder"] == "a"
-    time.sleep(TTL + 0.2)
+    lock_clock.advance(TTL + 0.2)
     assert locks.acquire("nightly", "b", TTL) is None
 
 
@@ -67,9 +67,9 @@ def _ask_at_once(db: StudyDB, names: list[str]) -> list[str]:
     return won
 
 
-def test_many_holders_asking_at_once_get_one_lock(db: StudyDB) -> None:
+def test_many_holders_asking_at_once_get_one_lock(db: StudyDB, lock_clock) -> None:
     """Free or expired, a lock goes to exactly one of the processes asking at the same moment."""
     # first a missing row (the inserts race), then an expired one (the updates race)
     assert len(_ask_at_once(db, [f"first.{i}" for i in range(6)])) == 1
-    time.sleep(TTL + 0.2)
+    lock_clock.advance(TTL + 0.2)
     assert len(_ask_at_once(db, [f"second.{i}" for i in range(6)])) == 1
