@@ -18,6 +18,7 @@ import pytest
 
 from hoptune.tuner import HopRecords, HopRow
 from tests.faults.cluster import RabbitVhost, RedisServer, Workers, rabbitmq_missing
+from tests.logs import print_log_tails
 
 CONFIG = """
 [defaults]
@@ -131,12 +132,19 @@ def write_config(home: Path) -> Callable[..., Path]:
     return write
 
 
+#: How many of each worker log's last lines a failed test prints.
+LOG_TAIL = 200
+
+
 @pytest.fixture
-def workers(fault_env: dict[str, str], home: Path, broker: RedisServer | RabbitVhost
-            ) -> Iterator[Workers]:
+def workers(request: pytest.FixtureRequest, fault_env: dict[str, str], home: Path,
+            broker: RedisServer | RabbitVhost) -> Iterator[Workers]:
+    """The test's worker processes; a failed test's report ends with each one's log (the home
+    that holds them goes with the test)."""
     group = Workers(fault_env, home / "logs", broker)
     yield group
     group.stop_all()
+    print_log_tails(request, home / "logs", LOG_TAIL)
 
 
 FACTORY = '''"""A rating model that raises while a marker file says so (fault injection)."""
@@ -320,7 +328,9 @@ class Scenario:
                 assert [h.shard for h in sorted(rows, key=lambda h: h.position)] == \
                     record.visit_order
         twice = {k: n for k, n in self.trainings().items() if n > 1}
-        assert len(twice) <= trained_twice_allowed, twice
+        assert len(twice) <= trained_twice_allowed, (twice, [
+            (h.trial_id, h.epoch, h.position, h.state, h.worker, h.deliveries, h.interrupted,
+             h.error) for h in hops if (h.trial_id, h.epoch, h.position) in twice])
         for trial in trials:
             final = checkpoint_key(study_id, trial.id, trial.epochs_done - 1, shards - 1)
             weights = load_checkpoint(rt.store, final).model

@@ -75,6 +75,9 @@ class Duplicator:
 
 @pytest.mark.parametrize("broker", BROKERS, indirect=True)
 def test_every_hop_delivered_twice_to_two_replicas_trains_once(scenario, workers) -> None:
+    # nobody dies here: a liveness bound of 4 s would let a loaded host's stall pass for a
+    # death, and the hop of a holder taken for dead is rightly trained again
+    workers.env["HOPTUNE_LIVENESS_SECONDS"] = "15"
     for name, shards in (("a0", "north:0"), ("b0", "north:0"), ("a1", "north:1"),
                          ("b1", "north:1")):
         workers.start(name, shards)
@@ -99,6 +102,7 @@ def test_every_hop_sent_twice_costs_two_deliveries_whatever_the_trial_length(
     # no sweeper resends: on a loaded host a hop may wait past a short bound, and its
     # resend would be a third delivery that this test does not inject
     workers.env["HOPTUNE_RESEND_SECONDS"] = "600"
+    workers.env["HOPTUNE_LIVENESS_SECONDS"] = "15"  # nobody dies here either
     workers.start("w0", "north:0")
     workers.start("w1", "north:1")
     workers.wait_ready()

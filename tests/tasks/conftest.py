@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.logs import print_log_tails
 from tests.tasks.configs import CONFIG, FAST_LIVENESS, REGION
 
 #: lines of each worker's log a failed test's report gets
@@ -85,9 +86,4 @@ def cluster(redis_url: str, home: Path, request: pytest.FixtureRequest):  # noqa
     yield start
     for c in started:
         c.stop()
-    failed = getattr(request.node, "rep_call", None)
-    if failed is not None and failed.failed:
-        for log in sorted((home / "logs").glob("*.log")):
-            lines = log.read_text(errors="replace").splitlines()
-            print(f"--- the last {min(len(lines), LOG_TAIL)} lines of {log.name} ---")
-            print("\n".join(lines[-LOG_TAIL:]))
+    print_log_tails(request, home / "logs", LOG_TAIL)
