@@ -98,6 +98,35 @@ class HopRecords:
                 return None
             return HopRow.from_row(conn.execute(select(hops).where(*key)).one())
 
+    def writer_alive(self, trial_id: int, epoch: int, position: int, live_after: datetime,
+                     me: str | None = None) -> bool:
+        """Whether the process that trained done hop (epoch, position) may still write its
+        checkpoint behind its hand-on: True while that process is ``me`` (the asking one)
+        or its heartbeat is newer than ``live_after``, and it has not said its write failed
+        (``write_failed``); False once it is dead, its write failed, or the hop is no longer
+        done (rewound)."""
+        with self.db.transaction() as conn:
+            row = conn.execute(select(hops.c.state, hops.c.holder).where(
+                hops.c.trial_id == trial_id, hops.c.epoch == epoch,
+                hops.c.position == position)).first()
+            if row is None or row.state != "done" or row.holder is None:
+                return False
+            return row.holder == me or conn.execute(select(workers.c.id).where(
+                workers.c.id == row.holder, workers.c.heartbeat_at > live_after)
+            ).first() is not None
+
+    def write_failed(self, trial_id: int, epoch: int, position: int, *, holder: str,
+                     reason: str) -> bool:
+        """``holder`` could not write done hop (epoch, position)'s checkpoint: said on its row
+        (``reason`` as its error, no longer its writer), so a reader stops waiting for it
+        and runs the hop again. False if the row no longer says ``holder`` trained it."""
+        with self.db.transaction() as conn:
+            result = conn.execute(update(hops).where(
+                hops.c.trial_id == trial_id, hops.c.epoch == epoch,
+                hops.c.position == position, hops.c.state == "done",
+                hops.c.holder == holder).values(holder=None, error=reason))
+            return result.rowcount == 1
+
     def release_dead(self, live_after: datetime) -> list[HopRow]:
         """Hops running on a holder whose heartbeat is older than ``live_after``, re-queued.
 
@@ -187,7 +216,7 @@ class HopRecords:
             update(hops)
             .where(hops.c.trial_id == trial_id, hops.c.epoch == epoch,
                    hops.c.position == position, hops.c.state != "done")
-            .values(state="done", finished_at=now, holder=None, **values)
+            .values(state="done", finished_at=now, **values)  # its holder stays: the writer
         )
         conn.execute(update(trials).where(trials.c.id == trial_id).values(updated_at=now))
 

@@ -121,7 +121,8 @@ hops = Table(
     Column("train_seconds", Float),
     Column("load_seconds", Float),
     Column("save_seconds", Float),
-    # the worker process holding the hop's claim (a ``workers`` row) while it runs
+    # the worker process holding the hop's claim (a ``workers`` row) while it runs; once done,
+    # the one that trained it, whose writer writes its checkpoint behind (None: it failed)
     Column("holder", String(255)),
     # the last failure of a delivery (class and message) and how many deliveries failed
     Column("error", Text),

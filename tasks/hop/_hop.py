@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -88,13 +89,18 @@ def model_at(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow
     initialisation that the load would overwrite, no copy. With ``reuse`` the
     copy this worker kept in memory when it wrote that checkpoint is taken
     instead of reading the store, if the stored one is still the same. A checkpoint not
-    stored yet is waited for up to ``liveness_seconds``: its hop writes it behind its
-    hand-on, and its writer may still be writing it while it could be alive.
+    stored yet is waited for while the process that trained its hop, which writes it
+    behind its hand-on, is alive and has not said its write failed (``writer_alive``),
+    however long a large checkpoint takes on a slow store.
     """
     key = checkpoint_key(study.id, trial.id, epoch, position)
     checkpoint = rt.latest.take(rt.store, trial.id, key) if reuse else None
     if checkpoint is None:
-        checkpoint = load_checkpoint(rt.store, key, rt.device, wait=liveness_seconds())
+        records = HopRecords(rt.db)
+        checkpoint = load_checkpoint(
+            rt.store, key, rt.device, wait=liveness_seconds(),
+            writing=lambda: records.writer_alive(trial.id, epoch, position, live_after(),
+                                                 me=rt.holder))
     model = bare_trial_model(region, trial.params, meta)
     model.load_state_dict(checkpoint.model, assign=True)
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
@@ -268,6 +274,8 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
     queued = HopRecords(db).hand_on(trial_id, epoch, position, region=region.name,
                                     shards=len(order), live_after=live_after(), place=c.place,
                                     **figures)
+    if report.written is not None and report.written.done():  # failed before its hop was done:
+        _say_if_failed(rt, c, report.written)  # said now (the callback found it running)
     if report.trained:
         log.info("trained hop: trial %d epoch %d position %d shard %d on %s", trial_id, epoch,
                  position, shard, rt.holder)
@@ -341,8 +349,24 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     epoch, position = report.epoch, report.position
     report.written = rt.writer.save(rt.store, key, checkpoint, then=lambda: _drop_old_checkpoints(
         rt.store, c.study.id, c.trial.id, epoch, position, c.region.shards))
+    report.written.add_done_callback(lambda written: _say_if_failed(rt, c, written))
     rt.latest.keep(c.trial.id, key, None, checkpoint, report.written)
     report.save_seconds = time.perf_counter() - started
+
+
+def _say_if_failed(rt: Runtime, c: Claimed, written: Future[Any]) -> None:
+    """A checkpoint written behind whose write failed: said on its hop's row, so its reader
+    (waiting while this process is alive) runs the hop again at once."""
+    exc = written.exception()
+    if exc is None:
+        return
+    try:
+        HopRecords(rt.db).write_failed(c.trial.id, c.report.epoch, c.report.position,
+                                       holder=rt.holder,
+                                       reason=f"its checkpoint's write failed: {describe(exc)}")
+    except Exception:  # noqa: BLE001 - its reader waits for it as for a hanging write
+        log.warning("hop of trial %d: its failed write could not be recorded", c.trial.id,
+                    exc_info=True)
 
 
 def wait_written(*reports: HopReport) -> None:

@@ -29,9 +29,11 @@ memory; the epoch is decided only once the write landed. Its tensors stay as
 they are until then: the next hop that trains them in this process takes them
 through ``LatestCheckpoints.take``, which waits for the write (a checkpoint on a
 GPU is copied to host memory on the hop's own path first, on its own stream). The reader of a
-checkpoint not yet there waits for it (``load_checkpoint``'s ``wait``) as long
-as its writer could still be alive; a writer killed before its write finished
-costs the hop that wrote it, which the reader rewinds, as for a lost file.
+checkpoint not yet there waits for it (``load_checkpoint``'s ``wait`` and ``writing``)
+while its writer is alive and has not said its write failed, however long a large
+checkpoint takes to reach a slow store (up to ``WRITE_WAIT_LIVENESSES`` liveness bounds,
+for a write that hangs); a writer killed before its write finished, or whose write
+failed, costs the hop that wrote it, which the reader rewinds, as for a lost file.
 
 A worker keeps the latest checkpoint of each trial it trained in memory
 (``LatestCheckpoints``): the trial's next hop, if it lands on the same worker,
@@ -357,20 +359,33 @@ class LatestCheckpoints:
         return entry[2]
 
 
+#: A reader waits for a checkpoint whose live writer is still writing it for at most this many
+#: liveness bounds: a write that hangs (a store that never answers) then costs its hop.
+WRITE_WAIT_LIVENESSES = 10
+
+#: How often a reader asks whether the writer of the checkpoint it waits for still writes it.
+WRITER_POLL_SECONDS = 0.5
+
+
 def load_checkpoint(store: Store, key: str, device: torch.device | None = None, *,
-                    wait: float = 0.0) -> Checkpoint:
+                    wait: float = 0.0, writing: Callable[[], bool | None] | None = None
+                    ) -> Checkpoint:
     """Read and check a checkpoint, its tensors loaded straight onto ``device`` (default: CPU).
 
     Wherever it was saved from: a GPU worker's checkpoint loads on a CPU and back.
     ``wait``: seconds to wait for a checkpoint not there yet (one written behind
-    its hop's hand-on, by a writer that may still be alive).
-    ``CheckpointError`` if it is missing (after ``wait``) or damaged.
+    its hop's hand-on, by a writer that may still be alive). ``writing``, asked
+    every ``WRITER_POLL_SECONDS`` while it is missing, says whether its writer
+    still writes it: True waits on past ``wait`` (up to ``WRITE_WAIT_LIVENESSES``
+    times it), False stops waiting at once (the writer is dead or its write
+    failed), None (not known) leaves the wait at ``wait``.
+    ``CheckpointError`` if it is missing (after the wait) or damaged.
     """
     import numpy as np
     import torch
 
     if wait > 0:
-        _await(store, key, wait)
+        _await(store, key, wait, writing)
     try:
         data = store.read_into(key, lambda n: np.empty(n, dtype=np.uint8))
     except StoreError:
@@ -394,11 +409,25 @@ def load_checkpoint(store: Store, key: str, device: torch.device | None = None, 
                       samples=int(raw["samples"]), loss=float(raw["loss"]))
 
 
-def _await(store: Store, key: str, seconds: float) -> None:
-    """Return once ``key`` exists or ``seconds`` have passed, polling ever less often."""
-    deadline, pause = time.monotonic() + seconds, 0.001
-    while not store.exists(key) and time.monotonic() < deadline:
-        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+def _await(store: Store, key: str, seconds: float,
+           writing: Callable[[], bool | None] | None = None) -> None:
+    """Return once ``key`` exists, or once ``seconds`` have passed while ``writing`` (asked every
+    ``WRITER_POLL_SECONDS``) does not say True, or at once when it says False; polling the
+    store ever less often, for at most ``WRITE_WAIT_LIVENESSES`` times ``seconds``."""
+    started = time.monotonic()
+    cap = started + seconds * (WRITE_WAIT_LIVENESSES if writing is not None else 1)
+    pause, asked, still = 0.001, started, None
+    while not store.exists(key):
+        now = time.monotonic()
+        due = now - asked >= WRITER_POLL_SECONDS or (still is None and now >= started + seconds)
+        if writing is not None and due:  # and always once more before giving up at the bound
+            asked, still = now, writing()
+            if still is False:
+                return
+        deadline = cap if still else started + seconds
+        if now >= deadline:
+            return
+        time.sleep(min(pause, deadline - now))
         pause = min(pause * 2, 0.1)
 
 

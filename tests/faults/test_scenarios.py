@@ -46,6 +46,17 @@ def test_a_worker_killed_mid_hop_costs_only_that_hop(scenario, workers) -> None:
     _report("one worker killed", scenario.recovery_seconds(hop, killed))
 
 
+def _hooked(workers, home: Path, source: str, marker: str) -> Path:  # noqa: ANN001
+    """The scenario's workers started from now on run ``source`` at start-up, armed by the
+    ``marker`` file (which the hook removes when it fires): the hook's folder."""
+    hook = home / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(source)
+    (hook / marker).touch()
+    workers.env["PYTHONPATH"] = str(hook)
+    return hook
+
+
 #: A start-up hook of the scenario's workers (``sitecustomize`` on their PYTHONPATH): the
 #: first checkpoint written behind a hand-on for an epoch's first hop hangs in the writer
 #: thread, while the hop records itself and hands on, so the test can kill its worker then.
@@ -86,11 +97,7 @@ def test_a_hop_killed_before_its_checkpoint_written_behind_landed_costs_only_tha
     its writer could be alive, finds it missing, and runs that one hop again."""
     from hoptune.tasks.worker._checkpoint import checkpoint_key
 
-    hook = home / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HANG_ONE_WRITE)
-    (hook / "hang-once").touch()
-    workers.env["PYTHONPATH"] = str(hook)
+    hook = _hooked(workers, home, HANG_ONE_WRITE, "hang-once")
     _one_owner_per_shard(workers)
     study = scenario.start(configs=[{"lr": 0.01}], epochs=2)
     rt = scenario.runtime()
@@ -114,6 +121,27 @@ def test_a_hop_killed_before_its_checkpoint_written_behind_landed_costs_only_tha
     assert scenario.trainings()[(trial.id, 0, 0)] == 2  # that hop, and no other, ran again
     (again,) = [h for h in records.all(trial.id) if (h.epoch, h.position) == (0, 0)]
     assert "does not exist" in (again.error or ""), again
+
+
+#: The same hook, the write taking three liveness bounds of the scenario (4 s) instead of
+#: hanging: a large checkpoint on a slow store, while its worker lives.
+SLOW_ONE_WRITE = HANG_ONE_WRITE.replace("time.sleep(600)", "time.sleep(12)")
+
+
+def test_a_checkpoint_written_behind_for_longer_than_the_liveness_bound_costs_nothing(
+        scenario, workers, home: Path) -> None:
+    """A hop's checkpoint takes three liveness bounds to write behind its hand-on while its
+    worker lives. The next hop waits for it as long as its writer is alive (not for one
+    bound, after which it once took the checkpoint for lost and rewound to the hop that
+    wrote it, a rewind counted toward ``max_redeliveries``), and no hop runs twice."""
+    hook = _hooked(workers, home, SLOW_ONE_WRITE, "hang-once")
+    _one_owner_per_shard(workers)
+    study = scenario.start(configs=[{"lr": 0.01}], epochs=2)
+    scenario.settle(study)
+    assert not (hook / "hang-once").exists()  # the slow write happened
+    scenario.check(study)  # each (trial, epoch, position) trained exactly once
+    hops = HopRecords(scenario.runtime().db).all(study_id=study)
+    assert all(h.errors == 0 and h.interrupted == 0 for h in hops), hops
 
 
 #: A start-up hook of the scenario's workers: the first hop a worker runs next by itself,
@@ -151,11 +179,8 @@ def test_a_worker_killed_in_a_hop_it_ran_without_its_message_costs_only_that_hop
     (``HOPTUNE_CHAIN_SECONDS``). Killed while it holds such a hop, it leaves a hop recorded
     queued and then held, with no message anywhere: the sweeper sends it again once the
     worker is dead, and the study finishes with only that hop run twice."""
-    hook = home / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HANG_ONE_CHAINED_HOP)
-    (hook / "hang-chained").touch()
-    workers.env.update(PYTHONPATH=str(hook), HOPTUNE_CHAIN_SECONDS="600")
+    hook = _hooked(workers, home, HANG_ONE_CHAINED_HOP, "hang-chained")
+    workers.env["HOPTUNE_CHAIN_SECONDS"] = "600"
     workers.start("w0", "north:0,north:1")
     workers.wait_ready()
     study = scenario.start(configs=[{"lr": 0.01}], epochs=2, parallel=1)

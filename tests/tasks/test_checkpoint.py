@@ -135,6 +135,54 @@ def test_a_reader_waits_for_a_checkpoint_written_behind_and_gives_up_after_its_b
     assert time.monotonic() - started >= 0.3
 
 
+def test_a_reader_waits_past_its_bound_while_the_writer_still_writes_and_stops_when_it_cannot(
+        tmp_path) -> None:
+    """A large checkpoint on a slow store takes longer to write than the liveness bound: its
+    reader waits while the writer says it still writes, and stops at once when it says
+    the write will not come (its writer died, or its write failed)."""
+    store = Store(str(tmp_path))
+    writer = CheckpointWriter()
+    data, _ = encode_checkpoint(_checkpoint(4.0))
+    asked: list[float] = []
+
+    def writing() -> bool:
+        asked.append(time.monotonic())
+        return True
+
+    later = threading.Timer(1.5, lambda: writer.write(store, "slow.pt", data))
+    later.start()
+    # the bound alone (0.2 s) gives up long before the write lands; the live writer does not
+    assert load_checkpoint(store, "slow.pt", wait=0.2, writing=writing).loss == 4.0
+    later.join()
+    assert len(asked) >= 2  # asked again and again while it waited
+    stopped: list[float] = []
+    later = threading.Timer(3.0, lambda: writer.write(store, "failed.pt", data))
+    later.start()
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(store, "failed.pt", wait=30,
+                        writing=lambda: stopped.append(time.monotonic()) or False)
+    assert len(stopped) == 1 and not store.exists("failed.pt")  # gave up at the first answer
+    later.join()
+    # an answer that does not know keeps the bound as it was
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(store, "never.pt", wait=0.7, writing=lambda: None)
+
+
+def test_a_hung_write_of_a_live_writer_is_waited_for_a_bounded_time(tmp_path,
+                                                                     monkeypatch) -> None:
+    from hoptune.tasks.worker import _checkpoint as module
+
+    monkeypatch.setattr(module, "WRITE_WAIT_LIVENESSES", 4)
+    monkeypatch.setattr(module, "WRITER_POLL_SECONDS", 0.05)
+    asked: list[float] = []
+    started = time.monotonic()
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(Store(str(tmp_path)), "hung.pt", wait=0.2,
+                        writing=lambda: asked.append(time.monotonic()) or True)
+    assert time.monotonic() - started >= 0.8  # four bounds, not one
+    assert asked[-1] - started >= 0.6
+
+
 def test_a_kept_checkpoint_written_behind_is_taken_once_its_write_landed(tmp_path) -> None:
     store = Store(str(tmp_path))
     latest, writer = LatestCheckpoints(limit=2), CheckpointWriter()
@@ -252,23 +300,32 @@ def test_a_forked_child_writes_behind_with_a_thread_of_its_own(tmp_path) -> None
     assert load_checkpoint(store, "child.pt").loss == 2.0
 
 
-def test_an_epochs_last_hop_whose_write_behind_fails_runs_again_before_the_epoch_is_decided(
-        make_config, rt, monkeypatch) -> None:
+def _one_trial_whose_write_fails_once(make_config, rt, monkeypatch, position: int  # noqa: ANN001
+                                      ) -> tuple[int, str, list[str]]:
+    """A study of one trial over 2 shards for 2 epochs, whose first epoch's hop at
+    ``position`` fails to write its checkpoint once: (study, that key, the failed writes)."""
     from hoptune.tasks.worker import _checkpoint
 
     region = load_config(make_config(shards=2, epochs=2)).region("north")
     manifest = ingest(region, Store(rt.settings.store_url)).manifest
     study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
-    last = checkpoint_key(study, 1, 0, 1)  # the first epoch's last hop (the study's one trial)
+    key = checkpoint_key(study, 1, 0, position)
     write, failed = _checkpoint.write_encoded, []
 
-    def failing_once(store, key, data):
-        if key == last and not failed:
-            failed.append(key)
+    def failing_once(store, at, data):  # noqa: ANN001, ANN202
+        if at == key and not failed:
+            failed.append(at)
             raise OSError("No space left on device")
-        write(store, key, data)
+        write(store, at, data)
 
     monkeypatch.setattr(_checkpoint, "write_encoded", failing_once)
+    return study, key, failed
+
+
+def test_an_epochs_last_hop_whose_write_behind_fails_runs_again_before_the_epoch_is_decided(
+        make_config, rt, monkeypatch) -> None:
+    # the first epoch's last hop (the study's one trial)
+    study, last, failed = _one_trial_whose_write_fails_once(make_config, rt, monkeypatch, 1)
     run_inline(rt, tune_step(rt, study))
     (trial,) = rt.db.trials(study)
     assert failed == [last] and trial.state == "done"
@@ -276,6 +333,34 @@ def test_an_epochs_last_hop_whose_write_behind_fails_runs_again_before_the_epoch
     assert hop.errors == 1 and "its write failed: OSError: No space left" in hop.error
     assert [e.epoch for e in rt.db.epochs(trial.id) if e.finished_at] == [0, 1]
     replayed = replay_trial(rt, trial.id)  # the hop run again changed nothing
+    final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model
+    for name, tensor in final.items():
+        assert torch.equal(tensor, replayed[name]), name
+
+
+def test_a_hop_whose_write_behind_fails_is_said_so_and_its_reader_runs_it_again_at_once(
+        make_config, rt, monkeypatch) -> None:
+    """The writer of a checkpoint that could not be written is alive, so its reader would wait
+    for it as for a slow write; the failure said on the hop's row stops that wait: the hop
+    runs again, once, and the trial ends as its replay."""
+    monkeypatch.setenv("HOPTUNE_LIVENESS_SECONDS", "5")  # a live writer's: up to 50 s
+    # the first hop, read by the epoch's next
+    study, first, failed = _one_trial_whose_write_fails_once(make_config, rt, monkeypatch, 0)
+    answers: list[bool] = []
+    alive = HopRecords.writer_alive
+
+    def asked(self, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        answers.append(alive(self, *args, **kw))
+        return answers[-1]
+
+    monkeypatch.setattr(HopRecords, "writer_alive", asked)
+    run_inline(rt, tune_step(rt, study))
+    (trial,) = rt.db.trials(study)
+    assert failed == [first] and trial.state == "done"
+    assert answers == [False]  # the reader was told at once that the write will not come
+    hop = HopRecords(rt.db).get(trial.id, 0, 0)
+    assert hop.errors == 1 and "does not exist" in hop.error, hop  # ran again, once
+    replayed = replay_trial(rt, trial.id)
     final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model
     for name, tensor in final.items():
         assert torch.equal(tensor, replayed[name]), name

@@ -31,6 +31,40 @@ def test_study_round_trip(db: StudyDB) -> None:
         db.study(999)
 
 
+def test_a_done_hop_names_its_writer_while_it_lives_until_its_write_fails(db: StudyDB) -> None:
+    """A hop's checkpoint is written behind its hand-on by the process that trained it: its
+    reader waits while that process lives and has not said its write failed."""
+    sid = _study(db)
+    (tid,) = db.create_trials(sid, [({"lr": 0.1}, 42)])
+    db.start_epoch(tid, 0, [0, 1])
+    workers, records = WorkerRecords(db), HopRecords(db)
+    workers.register("w0/1", name="w0@host", host="host", pid=1, shards=[])
+    live = utcnow() - timedelta(seconds=30)
+    assert not records.writer_alive(tid, 0, 0, live)  # queued: nobody writes it
+    records.claim(tid, 0, 0, 0, worker="w0@host", holder="w0/1", live_after=live)
+    assert not records.writer_alive(tid, 0, 0, live)  # running: no output yet
+    records.hand_on(tid, 0, 0, region="north", shards=2, live_after=live, samples=1, loss=1.0)
+    assert records.get(tid, 0, 0).holder == "w0/1"
+    assert records.writer_alive(tid, 0, 0, live)
+    # its heartbeat older than the liveness bound: dead, unless it is the one asking
+    assert not records.writer_alive(tid, 0, 0, utcnow() + timedelta(seconds=1))
+    assert records.writer_alive(tid, 0, 0, utcnow() + timedelta(seconds=1), me="w0/1")
+    # another process cannot say this one's write failed; the writer can, once
+    assert not records.write_failed(tid, 0, 0, holder="w1/1", reason="x")
+    assert records.write_failed(tid, 0, 0, holder="w0/1", reason="its write failed: disk full")
+    assert not records.write_failed(tid, 0, 0, holder="w0/1", reason="again")
+    hop = records.get(tid, 0, 0)
+    assert (hop.state, hop.holder, hop.error, hop.errors) == (
+        "done", None, "its write failed: disk full", 0)  # the reader's rewind counts it
+    assert not records.writer_alive(tid, 0, 0, live, me="w0/1")
+    # a claimed hop that runs again is no longer done: its old writer is not waited for
+    records.claim(tid, 0, 1, 1, worker="w0@host", holder="w0/1", live_after=live)
+    records.hand_on(tid, 0, 1, region="north", shards=2, live_after=live, samples=1, loss=1.0)
+    assert records.writer_alive(tid, 0, 1, live)
+    assert records.rewind(tid, 0, 1, reason="lost") == 1
+    assert not records.writer_alive(tid, 0, 1, live, me="w0/1")
+
+
 def test_trial_epoch_and_hop_lifecycle(db: StudyDB) -> None:
     sid = _study(db)
     (tid,) = db.create_trials(sid, [({"lr": 0.1}, 42)])
