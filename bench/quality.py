@@ -206,8 +206,9 @@ def write_region(case: Case, home: Path, seen: pd.DataFrame, *, trials: int, epo
     return path
 
 
-def champion(rt: Any, study_id: int) -> tuple[dict[str, Any], dict[str, Any], int]:
-    """(params, weights, selected epoch) of the study's champion by hoptune's own rule."""
+def champion(rt: Any, study_id: int) -> tuple[dict[str, Any], dict[str, Any], int, float]:
+    """(params, weights, selected epoch, its validation metric) of the study's champion by
+    hoptune's own rule."""
     from hoptune.tasks import checkpoint_key, load_checkpoint
     from hoptune.tasks.worker import region_of
     from hoptune.tuner import best_trial, selected_epoch
@@ -215,9 +216,9 @@ def champion(rt: Any, study_id: int) -> tuple[dict[str, Any], dict[str, Any], in
     study = rt.db.study(study_id)
     region = region_of(study)
     best = best_trial(rt.db.trials(study_id), bool(study.minimize), region.select)
-    epoch, _ = selected_epoch(rt.db.epochs(best.id), bool(study.minimize), region.select)
+    epoch, value = selected_epoch(rt.db.epochs(best.id), bool(study.minimize), region.select)
     key = checkpoint_key(study_id, best.id, epoch, region.shards - 1)
-    return best.params, load_checkpoint(rt.store, key).model, epoch
+    return best.params, load_checkpoint(rt.store, key).model, epoch, value
 
 
 def run_hoptune(rt: Any, region: Any, manifest: dict, configs: list[dict] | None) -> dict:
@@ -227,9 +228,9 @@ def run_hoptune(rt: Any, region: Any, manifest: dict, configs: list[dict] | None
     started = time.perf_counter()
     study = create_study(rt, region, manifest=manifest, configs=configs)
     run_inline(rt, tune_step(rt, study))
-    params, weights, epoch = champion(rt, study)
+    params, weights, epoch, value = champion(rt, study)
     trials = rt.db.trials(study)
-    return {"params": params, "weights": weights, "epoch": epoch,
+    return {"params": params, "weights": weights, "epoch": epoch, "validation": value,
             "epochs": sum(t.epochs_done for t in trials),
             "pruned": sum(t.state == "pruned" for t in trials),
             "seconds": time.perf_counter() - started}
@@ -288,6 +289,7 @@ def run_optuna(rt: Any, region: Any, manifest: dict, *, trials: int, epochs: int
         pruner=optuna.pruners.SuccessiveHalvingPruner())
     study.optimize(objective, n_trials=trials)
     return {"params": best["params"], "weights": best["weights"], "epoch": best["epoch"],
+            "validation": best["value"],
             "epochs": trained["epochs"],
             "pruned": sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials),
             "seconds": time.perf_counter() - started}
@@ -351,6 +353,7 @@ def one_seed(case_name: str, seed: int, trials: int, epochs: int, settings: list
     for method in methods:
         result = runs[method]()
         out[method] = {"held_out": held_out_score(region, manifest, rt, result, held),
+                       "validation": float(result["validation"]),
                        "epochs": result["epochs"], "pruned": result["pruned"],
                        "selected_epoch": result["epoch"] + 1,
                        "seconds": round(result["seconds"], 1)}
@@ -367,14 +370,21 @@ def summarise(case: Case, runs: list[dict]) -> dict:
                            "floor": round(statistics.fmean(r["floor"] for r in runs), 4)}
     for method in (m for m in METHODS if m in runs[0]):
         values = [r[method]["held_out"] for r in runs]
+        chosen = [r[method]["validation"] for r in runs]
         out[method] = {"held_out": round(statistics.fmean(values), 4),
                        "per_seed": [round(v, 4) for v in values],
+                       "validation": round(statistics.fmean(chosen), 4),
+                       "validation_per_seed": [round(v, 4) for v in chosen],
                        "epochs": round(statistics.fmean(r[method]["epochs"] for r in runs), 1)}
     if all(m in out for m in METHODS):
         h, r, o = (out[m]["held_out"] for m in METHODS)
         as_good = (lambda a, b: a <= b) if minimize else (lambda a, b: a >= b)
         out["hoptune_vs_random"] = as_good(h, r)
         out["hoptune_vs_optuna"] = as_good(h, o)
+        # the criterion every method selects its champion by: seeds where hoptune's is as good
+        for other in ("random", "optuna"):
+            out[f"validation_as_good_as_{other}"] = sum(
+                as_good(run["hoptune"]["validation"], run[other]["validation"]) for run in runs)
         out["epoch_share"] = round(out["hoptune"]["epochs"] / out["random"]["epochs"], 3)
     return out
 
@@ -413,6 +423,22 @@ def report(results: dict, args: argparse.Namespace, load: str) -> str:
     for name, r in results.items():
         lines.append(f"- {name}: " + "; ".join(
             f"{m} {', '.join(f'{v:.4f}' for v in r[m]['per_seed'])}" for m in METHODS))
+    lines += ["", "The same champions on the validation rows, the metric every method chose its "
+              "champion (trial and epoch) by, mean over the seeds, and the seeds where "
+              "hoptune's is as good as the other method's:", "",
+              "| case | validation rows' metric | hoptune | random | optuna "
+              "| seeds as good as random | seeds as good as optuna |",
+              "| --- | --- | --- | --- | --- | ---: | ---: |"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['metric']} "
+                     + "".join(f"| {r[m]['validation']:.4f} " for m in METHODS)
+                     + f"| {r['validation_as_good_as_random']} of {r['seeds']} "
+                     f"| {r['validation_as_good_as_optuna']} of {r['seeds']} |")
+    lines += ["", "Per seed, on the validation rows:", ""]
+    for name, r in results.items():
+        lines.append(f"- {name}: " + "; ".join(
+            f"{m} {', '.join(f'{v:.4f}' for v in r[m]['validation_per_seed'])}"
+            for m in METHODS))
     return "\n".join(lines)
 
 

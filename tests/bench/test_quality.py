@@ -27,12 +27,19 @@ def test_a_smoke_run_scores_every_method_on_held_out_rows_and_writes_nothing(
         for method in ("hoptune", "random", "optuna"):
             assert len(case[method]["per_seed"]) == 1
             assert case[method]["epochs"] >= 1
+            # the champion's metric on the validation rows it was chosen on, every method
+            assert len(case[method]["validation_per_seed"]) == 1
+            assert case[method]["validation"] == case[method]["validation_per_seed"][0]
+        for other in ("random", "optuna"):
+            assert case[f"validation_as_good_as_{other}"] in (0, 1)
         # random search trains every one of its 4 trials for both epochs
         assert case["random"]["epochs"] == 8
     # every champion learned something: better than no model on the held-out rows
     assert all(regression[m]["held_out"] < regression["floor"] for m in ("hoptune", "random"))
     assert all(classification[m]["held_out"] > classification["floor"]
                for m in ("hoptune", "random"))
+    # a champion's validation accuracy is a share of the validation rows it chose on
+    assert all(0 < classification[m]["validation"] <= 1 for m in ("hoptune", "random", "optuna"))
     assert (ROOT / "BENCHMARKS.md").read_text() == before
 
 
