@@ -147,7 +147,12 @@ def _launch_every_kernel(dtype: str) -> None:
                                                                              momentum=0.9)):
         param = torch.nn.Parameter(torch.ones(8, dtype=torch_dtype, device="cuda"))
         param.grad = torch.ones_like(param)
-        make([param]).step()
+        optimizer = make([param])
+        optimizer.step()
+        steps = optimizer.device_steps(1)  # AdamW's next step read from the device: _rows
+        if steps is not None:
+            steps.step()
+            steps.counted()
     for make in (
         lambda p: kernels.CohortAdamW(p, lr=[1e-3, 1e-2], betas=[(0.9, 0.999)] * 2,
                                       eps=[1e-8] * 2, weight_decay=[0.0, 0.1]),
