@@ -105,7 +105,7 @@ class HopRecords:
         or its heartbeat is newer than ``live_after``, and it has not said its write failed
         (``write_failed``); False once it is dead, its write failed, or the hop is no longer
         done (rewound)."""
-        with self.db.transaction() as conn:
+        with self.db.reading() as conn:
             row = conn.execute(select(hops.c.state, hops.c.holder).where(
                 hops.c.trial_id == trial_id, hops.c.epoch == epoch,
                 hops.c.position == position)).first()
@@ -150,7 +150,7 @@ class HopRecords:
 
         Each row carries its study and region, for routing the message again.
         """
-        with self.db.transaction() as conn:
+        with self.db.reading() as conn:
             rows = conn.execute(
                 select(hops, studies.c.id.label("study_id"), studies.c.region)
                 .join(trials, trials.c.id == hops.c.trial_id)
@@ -189,7 +189,7 @@ class HopRecords:
     def get(self, trial_id: int, epoch: int, position: int, conn: Connection | None = None
             ) -> HopRow | None:
         if conn is None:
-            with self.db.transaction() as own:
+            with self.db.reading() as own:
                 return self.get(trial_id, epoch, position, own)
         row = conn.execute(select(hops).where(
             hops.c.trial_id == trial_id, hops.c.epoch == epoch,
@@ -261,7 +261,7 @@ class HopRecords:
                     ) -> ShardLoads:
         """Hops waiting and running per shard of ``region``, and its live workers' shards."""
         if conn is None:
-            with self.db.transaction() as own:
+            with self.db.reading() as own:
                 return self.shard_loads(region, live_after, own)
         loads = ShardLoads(held={})
         assert loads.held is not None
@@ -291,18 +291,18 @@ class HopRecords:
         if study_id is not None:
             query = query.where(hops.c.trial_id.in_(
                 select(trials.c.id).where(trials.c.study_id == study_id)))
-        with self.db.transaction() as conn:
+        with self.db.reading() as conn:
             return [HopRow.from_row(r) for r in conn.execute(query)]
 
     def since(self, since: datetime) -> list[HopRow]:
         """Every hop running now or finished at or after ``since``, of any study."""
         query = select(hops).where((hops.c.state == "running") | (hops.c.finished_at >= since))
-        with self.db.transaction() as conn:
+        with self.db.reading() as conn:
             return [HopRow.from_row(r) for r in conn.execute(query.order_by(hops.c.id))]
 
     def last(self, trial_id: int) -> HopRow | None:
         """The trial's furthest hop record (by epoch, then position)."""
-        with self.db.transaction() as conn:
+        with self.db.reading() as conn:
             row = conn.execute(
                 select(hops).where(hops.c.trial_id == trial_id)
                 .order_by(hops.c.epoch.desc(), hops.c.position.desc()).limit(1)
@@ -313,7 +313,7 @@ class HopRecords:
                           ) -> list[HopPosition]:
         """For each running trial of the study: its current epoch's visit order and position."""
         if conn is None:
-            with self.db.transaction() as own:
+            with self.db.reading() as own:
                 return self.running_positions(study_id, own)
         latest = (
             select(hops.c.trial_id, func.max(hops.c.id).label("hop_id"))
@@ -332,7 +332,7 @@ class HopRecords:
 
     def done_count(self, study_id: int) -> int:
         """How many hops of the study have finished."""
-        with self.db.transaction() as conn:
+        with self.db.reading() as conn:
             return int(conn.execute(
                 select(func.count()).select_from(hops)
                 .join(trials, trials.c.id == hops.c.trial_id)

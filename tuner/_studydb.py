@@ -138,7 +138,7 @@ class StudyDB:
 
     def study(self, study_id: int, conn: Connection | None = None) -> StudyRow:
         if conn is None:
-            with self.transaction() as own:
+            with self.reading() as own:
                 return self._study(own, study_id)
         return self._study(conn, study_id)
 
@@ -155,13 +155,13 @@ class StudyDB:
         query = select(studies).order_by(studies.c.id)
         if region is not None:
             query = query.where(studies.c.region == region)
-        with self.transaction() as conn:
+        with self.reading() as conn:
             return [StudyRow.from_row(r) for r in conn.execute(query)]
 
     def data_hashes_in_use(self) -> set[str]:
         """The data hashes of the running studies: what workers must keep cached."""
         query = select(studies.c.data_hash).where(studies.c.state == "running").distinct()
-        with self.transaction() as conn:
+        with self.reading() as conn:
             return {row[0] for row in conn.execute(query) if row[0] is not None}
 
     def latest_study(self, region: str, *, state: str | None = None,
@@ -172,7 +172,7 @@ class StudyDB:
             query = query.where(studies.c.state == state)
         if kind is not None:
             query = query.where(studies.c.kind == kind)
-        with self.transaction() as conn:
+        with self.reading() as conn:
             row = conn.execute(query.order_by(studies.c.id.desc()).limit(1)).first()
         return StudyRow.from_row(row) if row is not None else None
 
@@ -237,7 +237,7 @@ class StudyDB:
 
     def trial(self, trial_id: int, conn: Connection | None = None) -> TrialRow:
         if conn is None:
-            with self.transaction() as own:
+            with self.reading() as own:
                 return self.trial(trial_id, own)
         row = conn.execute(select(trials).where(trials.c.id == trial_id)).first()
         if row is None:
@@ -247,7 +247,7 @@ class StudyDB:
     def trials(self, study_id: int, conn: Connection | None = None,
                states: tuple[str, ...] | None = None) -> list[TrialRow]:
         if conn is None:
-            with self.transaction() as own:
+            with self.reading() as own:
                 return self.trials(study_id, own, states)
         query = select(trials).where(trials.c.study_id == study_id).order_by(trials.c.number)
         if states is not None:
@@ -296,17 +296,19 @@ class StudyDB:
     def epoch(self, trial_id: int, epoch: int, conn: Connection | None = None
               ) -> EpochRow | None:
         if conn is None:
-            with self.transaction() as own:
+            with self.reading() as own:
                 return self.epoch(trial_id, epoch, own)
         row = conn.execute(select(epochs).where(epochs.c.trial_id == trial_id,
                                                 epochs.c.epoch == epoch)).first()
         return EpochRow.from_row(row) if row is not None else None
 
-    def epochs(self, trial_id: int) -> list[EpochRow]:
-        with self.transaction() as conn:
-            rows = conn.execute(select(epochs).where(epochs.c.trial_id == trial_id)
-                                .order_by(epochs.c.epoch))
-            return [EpochRow.from_row(r) for r in rows]
+    def epochs(self, trial_id: int, conn: Connection | None = None) -> list[EpochRow]:
+        if conn is None:
+            with self.reading() as own:
+                return self.epochs(trial_id, own)
+        rows = conn.execute(select(epochs).where(epochs.c.trial_id == trial_id)
+                            .order_by(epochs.c.epoch))
+        return [EpochRow.from_row(r) for r in rows]
 
     def end_epoch(self, trial_id: int, epoch: int, metric: float | None, *, minimize: bool,
                   outcome: str, failure: str | None = None,
@@ -348,21 +350,24 @@ class StudyDB:
                     state=outcome, finished_at=now, failure=failure))
             return True
 
-    def rung_values(self, study_id: int, epoch: int) -> list[float]:
+    def rung_values(self, study_id: int, epoch: int, conn: Connection | None = None
+                    ) -> list[float]:
         """Validation metrics every trial of the study recorded at ``epoch``."""
-        with self.transaction() as conn:
-            rows = conn.execute(
-                select(epochs.c.metric)
-                .join(trials, trials.c.id == epochs.c.trial_id)
-                .where(trials.c.study_id == study_id, epochs.c.epoch == epoch,
-                       epochs.c.metric.is_not(None))
-            )
-            return [float(r[0]) for r in rows]
+        if conn is None:
+            with self.reading() as own:
+                return self.rung_values(study_id, epoch, own)
+        rows = conn.execute(
+            select(epochs.c.metric)
+            .join(trials, trials.c.id == epochs.c.trial_id)
+            .where(trials.c.study_id == study_id, epochs.c.epoch == epoch,
+                   epochs.c.metric.is_not(None))
+        )
+        return [float(r[0]) for r in rows]
 
     # counts -------------------------------------------------------------
 
     def counts(self, study_id: int) -> dict[str, int]:
-        with self.transaction() as conn:
+        with self.reading() as conn:
             rows = conn.execute(select(trials.c.state, func.count()).where(
                 trials.c.study_id == study_id).group_by(trials.c.state))
             out = {state: 0 for state in TRIAL_STATES}
@@ -371,7 +376,7 @@ class StudyDB:
 
     def stalled_trials(self, before: datetime) -> list[TrialRow]:
         """Running trials of running studies whose last progress is older than ``before``."""
-        with self.transaction() as conn:
+        with self.reading() as conn:
             rows = conn.execute(
                 select(trials)
                 .join(studies, studies.c.id == trials.c.study_id)

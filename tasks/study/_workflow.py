@@ -9,6 +9,7 @@ returns the messages to send; the Celery tasks only send them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -45,6 +46,7 @@ from hoptune.tasks.worker import (
 )
 from hoptune.tuner import (
     AshaPruner,
+    EpochRow,
     HopRecords,
     StudyDB,
     StudyRow,
@@ -315,28 +317,34 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
     minimize = bool(study.minimize)
     order = None
     failure = None
-    if not math.isfinite(metric):
-        outcome = "failed"
-        name = family.scoring(manifest["meta"], trial.params)[0]
-        failure = f"validation {name} is {metric} after epoch {epoch}"
-    elif epoch + 1 >= min(study.epochs, trial_settings(region, trial.params).epochs):
-        outcome = "done"  # the trial's own epochs (a hyperparameter) within the study's
-    elif study.space is not None and _pruned(db, region, study, trial, epoch, metric):
-        outcome = "pruned"
-    else:
-        outcome = "continue"
-        tentative = choose_visit_order(region.shards, trial.seed, epoch + 1,
-                                       others_positions(rt, study.id))
-        order = (placed_order(tentative, 0, first_shard) if first_shard is not None else
-                 first_shards([tentative], HopRecords(db).shard_loads(region.name, live_after()),
-                              rt.holder)[0])
+    # what the decision reads, in one transaction that takes no write lock: a worker that
+    # decides never queues behind another's record, and pays one round trip, not six
+    with db.reading() as conn:
+        history = [e for e in db.epochs(trial.id, conn) if e.epoch < epoch]
+        if not math.isfinite(metric):
+            outcome = "failed"
+            name = family.scoring(manifest["meta"], trial.params)[0]
+            failure = f"validation {name} is {metric} after epoch {epoch}"
+        elif epoch + 1 >= min(study.epochs, trial_settings(region, trial.params).epochs):
+            outcome = "done"  # the trial's own epochs (a hyperparameter) within the study's
+        elif study.space is not None and _pruned(db, region, study, trial, epoch, metric,
+                                                 conn=conn, history=history):
+            outcome = "pruned"
+        else:
+            outcome = "continue"
+            tentative = choose_visit_order(region.shards, trial.seed, epoch + 1,
+                                           others_positions(rt, study.id, conn))
+            order = (placed_order(tentative, 0, first_shard) if first_shard is not None else
+                     first_shards([tentative], HopRecords(db).shard_loads(
+                         region.name, live_after(), conn), rt.holder)[0])
     decided = db.end_epoch(trial.id, epoch, metric if math.isfinite(metric) else None,
                            minimize=minimize, outcome=outcome, failure=failure,
                            next_order=order)
     if not decided:
         return _next_epoch_again(rt, region, study, trial.id, epoch)
     renew_nightly_lock(rt, study)
-    kept = _selected_end(rt, region, trial.id, minimize)
+    kept = _selected_end(region, [*history, dataclasses.replace(
+        record, metric=metric if math.isfinite(metric) else None)], minimize)
     if order is not None:
         _drop_epoch_ends(rt, study.id, trial.id, region.shards, before=epoch, kept=kept)
         return [hop_dispatch(region.name, study.id, trial.id, epoch + 1, 0, order[0])]
@@ -358,26 +366,33 @@ def _write_failed(rt: Runtime, region: RegionConfig, study: StudyRow, trial: Tri
 
 
 def _pruned(db: StudyDB, region: RegionConfig, study: StudyRow, trial: TrialRow, epoch: int,
-            metric: float) -> bool:
+            metric: float, *, conn: Any = None, history: list[EpochRow] | None = None) -> bool:
     """Whether the pruner stops the trial after ``epoch`` (0-based) with ``metric``: judged at
-    this epoch's rung, and again at each rung it passed, on what the study recorded there."""
+    this epoch's rung, and again at each rung it passed, on what the study recorded there.
+    ``conn``: the caller's transaction to read in; ``history``: the trial's epochs before
+    ``epoch``, where the caller read them already."""
+    if conn is None:
+        with db.reading() as own:
+            return _pruned(db, region, study, trial, epoch, metric, conn=own, history=history)
     pruner = AshaPruner.from_settings(region.pruner, study.epochs,
                                       where=f"regions.{region.name}.pruner")
-    history = [float("nan") if e.metric is None else float(e.metric)
-               for e in db.epochs(trial.id) if e.epoch < epoch] + [metric]
-    rungs = {r: db.rung_values(study.id, r - 1) for r in pruner.rungs() if r <= epoch}
+    if history is None:
+        history = [e for e in db.epochs(trial.id, conn) if e.epoch < epoch]
+    values = [float("nan") if e.metric is None else float(e.metric) for e in history] + [metric]
+    rungs = {r: db.rung_values(study.id, r - 1, conn) for r in pruner.rungs() if r <= epoch}
     if epoch + 1 in pruner.rungs():
-        rungs[epoch + 1] = [*db.rung_values(study.id, epoch), metric]
-    return pruner.should_stop(epoch + 1, history, rungs, minimize=bool(study.minimize),
+        rungs[epoch + 1] = [*db.rung_values(study.id, epoch, conn), metric]
+    return pruner.should_stop(epoch + 1, values, rungs, minimize=bool(study.minimize),
                               number=trial.number)
 
 
-def _selected_end(rt: Runtime, region: RegionConfig, trial_id: int, minimize: bool
+def _selected_end(region: RegionConfig, ended: list[EpochRow], minimize: bool
                   ) -> tuple[int, ...]:
-    """The epoch whose end ``select`` keeps beside the latest one (none for ``last``)."""
+    """The epoch whose end ``select`` keeps beside the latest one (none for ``last``), of the
+    trial's ``ended`` epochs, the one just decided last."""
     if region.select != "best":
         return ()
-    chosen = selected_epoch(rt.db.epochs(trial_id), minimize, "best")
+    chosen = selected_epoch(ended, minimize, "best")
     return () if chosen is None else (chosen[0],)
 
 

@@ -251,6 +251,53 @@ def test_a_reading_transaction_never_waits_for_a_writer(db: StudyDB) -> None:
         other.dispose()
 
 
+def test_no_read_of_the_records_waits_for_a_writer(db: StudyDB) -> None:
+    """Every method that only reads (an epoch's decision reads the trial's epochs, the rungs'
+    values, the running hops' positions and the shards' loads; status and the sweeper read
+    the rest) takes no write lock: on SQLite a worker deciding an epoch never queues behind
+    another's claim or hand-on, which would wait out the busy timeout if it held on."""
+    sid = _study(db)
+    (tid,) = db.create_trials(sid, [({"lr": 0.1}, 42)])
+    db.start_epoch(tid, 0, [0, 1])
+    live = utcnow() - timedelta(seconds=30)
+    other = StudyDB(db.url)
+    hops = HopRecords(other)
+    reads = {
+        "study": lambda: other.study(sid).id, "studies": lambda: len(other.studies("north")),
+        "latest_study": lambda: other.latest_study("north").id,
+        "data_hashes_in_use": lambda: len(other.data_hashes_in_use()),
+        "trial": lambda: other.trial(tid).id, "trials": lambda: len(other.trials(sid)),
+        "epoch": lambda: other.epoch(tid, 0).epoch, "epochs": lambda: len(other.epochs(tid)),
+        "rung_values": lambda: len(other.rung_values(sid, 0)),
+        "counts": lambda: other.counts(sid)["running"],
+        "stalled_trials": lambda: len(other.stalled_trials(utcnow())),
+        "get": lambda: hops.get(tid, 0, 0).state, "last": lambda: hops.last(tid).position,
+        "all": lambda: len(hops.all(tid)), "since": lambda: len(hops.since(live)),
+        "waiting": lambda: len(hops.waiting(utcnow())),
+        "shard_loads": lambda: hops.shard_loads("north", live).queued,
+        "running_positions": lambda: len(hops.running_positions(sid)),
+        "writer_alive": lambda: hops.writer_alive(tid, 0, 0, live),
+        "done_count": lambda: hops.done_count(sid),
+    }
+    seen: dict[str, object] = {}
+
+    def read_all() -> None:
+        for name, read in reads.items():
+            seen[name] = read()
+
+    try:
+        with db.transaction() as conn:  # a writer holding the database (SQLite: its lock)
+            conn.execute(update(studies).where(studies.c.id == sid).values(budget=5))
+            reader = threading.Thread(target=read_all, daemon=True)
+            reader.start()
+            reader.join(timeout=30)  # a read that waited would wait the busy timeout (60 s)
+            assert list(seen) == list(reads), f"{next(n for n in reads if n not in seen)} " \
+                                              f"waited for the writer"
+        assert seen["get"] == "queued" and seen["shard_loads"] == {0: 1}
+    finally:
+        other.dispose()
+
+
 def _read_region(db: StudyDB, study_id: int) -> str:
     with db.reading() as conn:
         return db.study(study_id, conn).region
