@@ -5,16 +5,18 @@
 #
 #   bash bench/gpu_session.sh [bench/gpu.py's options]      (from the checkout's root)
 #
-# With wheels in .whl/ (GPU.md says which), they are installed into /tmp/site and the
-# checkout is used through PYTHONPATH, the machine's own torch and CuPy left in place;
-# without, the current environment is used. On a machine without a GPU every step runs
-# all the same: bench/gpu.py says so, writes nothing and prints its JSON line of nulls.
+# With wheels in .whl/ (GPU.md says which; $HOPTUNE_WHEELS names another folder), they
+# are installed into /tmp/site and the checkout is used through PYTHONPATH, the machine's
+# own torch and CuPy left in place; without, the current environment is used. On a
+# machine without a GPU every step runs all the same: bench/gpu.py says so, writes
+# nothing and prints its JSON line of nulls.
 set -uo pipefail
 out=${OUT:-$(mktemp -d)}
 python=${PYTHON:-python3}
 mkdir -p "$out"
-if compgen -G ".whl/*.whl" > /dev/null; then
-  "$python" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
+wheels=${HOPTUNE_WHEELS:-.whl}
+if compgen -G "$wheels/*.whl" > /dev/null; then
+  "$python" -m pip install -q --no-index --no-deps --target /tmp/site "$wheels"/*.whl || exit 1
   export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
 { nvidia-smi -L && nvidia-smi; } > "$out/nvidia-smi.txt" 2>&1

@@ -116,19 +116,24 @@ def test_the_checks_it_records_are_pytests_summary_and_doctors_verdicts() -> Non
 def test_the_gpu_session_script_runs_every_step_and_leaves_its_logs_under_out(
         tmp_path: Path) -> None:
     """bench/gpu_session.sh, the one run a lent GPU gets, tried where there is none: each step
-    runs, bench/gpu.py says there is no GPU, and the logs land under $OUT."""
+    runs, bench/gpu.py says there is no GPU, and the logs land under $OUT. It runs in this
+    environment, not from the GPU machine's wheels a checkout may hold in .whl/ (another
+    Python's)."""
     before = (ROOT / "BENCHMARKS.md").read_text()
+    out = tmp_path / "out"
+    out.mkdir()
     done = subprocess.run(["bash", str(ROOT / "bench" / "gpu_session.sh")], cwd=ROOT, text=True,
                           capture_output=True, timeout=120,
-                          env={**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable})
+                          env={**os.environ, "OUT": str(out), "PYTHON": sys.executable,
+                               "HOPTUNE_WHEELS": str(tmp_path / "no-wheels")})
     assert done.returncode == 0, done.stderr
-    assert {p.name for p in tmp_path.iterdir()} == {"nvidia-smi.txt", "gpu.json", "gpu.log",
-                                                    "BENCHMARKS.md"}
-    assert "no CUDA device here" in (tmp_path / "gpu.log").read_text()
-    last = json.loads((tmp_path / "gpu.json").read_text().strip().splitlines()[-1])
+    assert {p.name for p in out.iterdir()} == {"nvidia-smi.txt", "gpu.json", "gpu.log",
+                                               "BENCHMARKS.md"}
+    assert "no CUDA device here" in (out / "gpu.log").read_text()
+    last = json.loads((out / "gpu.json").read_text().strip().splitlines()[-1])
     assert set(last.values()) == {None}
     assert json.loads(done.stdout.splitlines()[0]) == last
-    assert (tmp_path / "BENCHMARKS.md").read_text() == before
+    assert (out / "BENCHMARKS.md").read_text() == before
     assert (ROOT / "BENCHMARKS.md").read_text() == before
 
 
