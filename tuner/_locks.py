@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from hoptune.core import StudyError
@@ -57,10 +58,12 @@ class Locks:
                                   .values(expires_at=utcnow() + timedelta(seconds=ttl)))
             return result.rowcount == 1
 
-    def release(self, name: str, holder: str) -> bool:
-        with self.db.transaction() as conn:
-            result = conn.execute(update(locks).where(locks.c.name == name,
-                                                      locks.c.holder == holder)
-                                  .values(holder=None, expires_at=None))
-            return result.rowcount == 1
+    def release(self, name: str, holder: str, conn: Connection | None = None) -> bool:
+        if conn is None:
+            with self.db.transaction() as own:
+                return self.release(name, holder, own)
+        result = conn.execute(update(locks).where(locks.c.name == name,
+                                                  locks.c.holder == holder)
+                              .values(holder=None, expires_at=None))
+        return result.rowcount == 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
 
 from hoptune.core import StudyError
 from hoptune.tuner._schema import nightly_regions, nightly_runs, row_dict, utcnow
@@ -26,23 +27,25 @@ class NightlyRecords:
             return int(result.inserted_primary_key[0])
 
     def run(self, run_id: int) -> dict[str, Any]:
-        with self.db.transaction() as conn:
+        with self.db.reading() as conn:
             row = conn.execute(select(nightly_runs).where(nightly_runs.c.id == run_id)).first()
         if row is None:
             raise StudyError(f"no nightly run {run_id}")
         return row_dict(row)
 
     def runs(self) -> list[dict[str, Any]]:
-        with self.db.transaction() as conn:
+        with self.db.reading() as conn:
             return [row_dict(r) for r in conn.execute(select(nightly_runs)
                                                   .order_by(nightly_runs.c.id))]
 
-    def finish_run(self, run_id: int, state: str) -> bool:
-        with self.db.transaction() as conn:
-            result = conn.execute(update(nightly_runs).where(
-                nightly_runs.c.id == run_id, nightly_runs.c.state == "running")
-                .values(state=state, finished_at=utcnow()))
-            return result.rowcount == 1
+    def finish_run(self, run_id: int, state: str, conn: Connection | None = None) -> bool:
+        if conn is None:
+            with self.db.transaction() as own:
+                return self.finish_run(run_id, state, own)
+        result = conn.execute(update(nightly_runs).where(
+            nightly_runs.c.id == run_id, nightly_runs.c.state == "running")
+            .values(state=state, finished_at=utcnow()))
+        return result.rowcount == 1
 
     def add_region(self, run_id: int, region: str, state: str, *, study_id: int | None = None,
                    ingested: bool | None = None, outcome: str | None = None) -> None:
@@ -53,20 +56,37 @@ class NightlyRecords:
                 ingested=None if ingested is None else int(ingested), outcome=outcome,
                 started_at=now, finished_at=None if state == "running" else now))
 
-    def end_region(self, run_id: int, region: str, state: str, outcome: str) -> bool:
+    def end_region(self, run_id: int, region: str, state: str, outcome: str,
+                   conn: Connection | None = None) -> bool:
         """Record a running region's outcome; False if it had already ended."""
-        with self.db.transaction() as conn:
-            result = conn.execute(update(nightly_regions).where(
-                nightly_regions.c.run_id == run_id, nightly_regions.c.region == region,
-                nightly_regions.c.state == "running")
-                .values(state=state, outcome=outcome, finished_at=utcnow()))
-            return result.rowcount == 1
+        if conn is None:
+            with self.db.transaction() as own:
+                return self.end_region(run_id, region, state, outcome, own)
+        result = conn.execute(update(nightly_regions).where(
+            nightly_regions.c.run_id == run_id, nightly_regions.c.region == region,
+            nightly_regions.c.state == "running")
+            .values(state=state, outcome=outcome, finished_at=utcnow()))
+        return result.rowcount == 1
 
-    def regions(self, run_id: int | None = None) -> list[dict[str, Any]]:
+    def regions(self, run_id: int | None = None, conn: Connection | None = None
+                ) -> list[dict[str, Any]]:
+        if conn is None:
+            with self.db.reading() as own:
+                return self.regions(run_id, own)
         query = select(nightly_regions).order_by(nightly_regions.c.run_id,
                                                  nightly_regions.c.region)
         if run_id is not None:
             query = query.where(nightly_regions.c.run_id == run_id)
-        with self.db.transaction() as conn:
-            return [row_dict(r) for r in conn.execute(query)]
+        return [row_dict(r) for r in conn.execute(query)]
+
+    def undecided(self, study_ids: list[int], conn: Connection | None = None) -> list[int]:
+        """Those of ``study_ids`` whose nightly region's outcome is not recorded yet (its
+        promotion records it, and with the run's last region the run's end)."""
+        if not study_ids:
+            return []
+        if conn is None:
+            with self.db.reading() as own:
+                return self.undecided(study_ids, own)
+        return [int(r[0]) for r in conn.execute(select(nightly_regions.c.study_id).where(
+            nightly_regions.c.study_id.in_(study_ids), nightly_regions.c.state == "running"))]
 

@@ -17,7 +17,14 @@ from celery import Celery
 
 from hoptune.tasks.study import sweep
 from hoptune.tasks.worker import Runtime, tune_step_dispatch
-from hoptune.tuner import HopRecords, StudyRow, TrialRow, selected_epoch, trial_metric
+from hoptune.tuner import (
+    HopRecords,
+    NightlyRecords,
+    StudyRow,
+    TrialRow,
+    selected_epoch,
+    trial_metric,
+)
 
 __all__ = ["POLL", "start_studies", "follow", "settled", "study_table", "format_table",
            "outcome", "planned_hops", "metric_note", "TABLE_METRICS"]
@@ -105,8 +112,13 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
 
     A study's promotion follows its end in another task; a command that
     returned before it (and stopped its local workers) left the region
-    without its champion. Sends the sweeper's messages every ``sweep_every``
-    seconds, so a lost message costs a stall rather than the study.
+    without its champion. A nightly study's promotion then records its region's
+    outcome, and the run's last region the run's end and the release of the
+    nightly lock, in one transaction: that is waited for too, or the next run
+    started at once would be refused, and local workers stopped in between
+    would leave the lock held until it expired. Sends the sweeper's messages
+    every ``sweep_every`` seconds, so a lost message costs a stall rather than
+    the study.
     """
     from tqdm import tqdm
 
@@ -120,7 +132,9 @@ def follow(rt: Runtime, app: Celery, study_ids: list[int], *, progress: bool = T
     try:
         while True:
             with rt.db.reading() as conn:  # ten times a second: never queue behind a hop
-                ended = all(settled(rt.db.study(s, conn)) for s in study_ids)
+                rows = [rt.db.study(s, conn) for s in study_ids]
+                ended = all(settled(s) for s in rows) and not NightlyRecords(rt.db).undecided(
+                    [s.id for s in rows if s.nightly_run_id is not None], conn)
             if progress and (ended or time.monotonic() - shown >= REFRESH):
                 bar.total = _planned(rt, study_ids)
                 bar.n = min(sum(HopRecords(rt.db).done_count(s) for s in study_ids), bar.total)

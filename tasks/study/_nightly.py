@@ -85,7 +85,8 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
         records.add_region(run_id, region.name, "running", study_id=study_id,
                            ingested=result.changed)
         out.append(tune_step_dispatch(study_id))
-    _maybe_finish(rt, run_id)
+    if _maybe_finish(rt, run_id):  # every region failed before it started
+        log.info("nightly run %d finished", run_id)
     return run_id, out
 
 
@@ -109,14 +110,26 @@ def after_promotion(rt: Runtime, study: StudyRow, decision: dict[str, Any]) -> N
     outcome = decision["reason"]
     if decision.get("version"):
         outcome = f"{decision['version']}: {outcome}"
-    NightlyRecords(rt.db).end_region(run_id, study.region, state, outcome)
-    _maybe_finish(rt, run_id)
-
-
-def _maybe_finish(rt: Runtime, run_id: int) -> None:
-    records = NightlyRecords(rt.db)
-    if any(r["state"] == "running" for r in records.regions(run_id)):
-        return
-    if records.finish_run(run_id, "done"):
-        Locks(rt.db).release(NIGHTLY_LOCK, holder(run_id))
+    # the region's outcome and, where it is the run's last, the run's end and the lock's
+    # release: one transaction, so a driver that sees the outcome (``follow``) and stops its
+    # workers never leaves the run going and its lock held until it expires
+    with rt.db.transaction() as conn:
+        NightlyRecords(rt.db).end_region(run_id, study.region, state, outcome, conn)
+        finished = _maybe_finish(rt, run_id, conn)
+    if finished:
         log.info("nightly run %d finished", run_id)
+
+
+def _maybe_finish(rt: Runtime, run_id: int, conn: Any = None) -> bool:
+    """End the run and free its lock, in one transaction (``conn``'s, where given), once no
+    region of it is still running; whether this call ended it."""
+    if conn is None:
+        with rt.db.transaction() as own:
+            return _maybe_finish(rt, run_id, own)
+    records = NightlyRecords(rt.db)
+    if any(r["state"] == "running" for r in records.regions(run_id, conn)):
+        return False
+    if not records.finish_run(run_id, "done", conn):
+        return False
+    Locks(rt.db).release(NIGHTLY_LOCK, holder(run_id), conn)
+    return True

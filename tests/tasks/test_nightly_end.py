@@ -1,0 +1,66 @@
+"""A nightly run's end: its last region's outcome, the run's end and the lock's release land at
+once, and a driver waits for them before it returns (or stops its local workers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hoptune.tasks.cli import follow
+from hoptune.tasks.study._nightly import after_promotion
+from hoptune.tasks.study._nightly_lock import NIGHTLY_LOCK, holder
+from hoptune.tuner import Locks, NightlyRecords
+
+DECISION = {"promoted": False, "reason": "no better than the champion"}
+
+
+def _nightly_study(rt, region: str = "north") -> tuple[int, int]:  # noqa: ANN001
+    """A nightly run holding the lock, with one study of ``region``, ended and promoted,
+    whose region's outcome is not recorded yet (as between a promotion's two steps)."""
+    records = NightlyRecords(rt.db)
+    run_id = records.start_run("test", "host")
+    assert Locks(rt.db).acquire(NIGHTLY_LOCK, holder(run_id), 600) is None
+    study = rt.db.create_study(region=region, budget=1, parallel=1, epochs=1, seed=0,
+                               region_config={"name": region, "shards": 2},
+                               nightly_run_id=run_id)
+    records.add_region(run_id, region, "running", study_id=study)
+    rt.db.finish_study(study, "done")
+    rt.db.set_study(study, promotion=DECISION)
+    return run_id, study
+
+
+def test_a_driver_waits_for_the_nightly_outcome_that_follows_a_promotion(rt) -> None:  # noqa: ANN001
+    """``follow`` returned once the promotion was recorded, before its region's outcome and the
+    run's end: a benchmark that started the next run at once was refused ("a nightly run is
+    already going"), and a command that then stopped its local workers could leave the lock
+    held until it expired."""
+    run_id, study = _nightly_study(rt)
+    with pytest.raises(TimeoutError):
+        follow(rt, None, [study], progress=False, timeout=1.0)
+    after_promotion(rt, rt.db.study(study), DECISION)
+    follow(rt, None, [study], progress=False, timeout=5.0)
+    assert NightlyRecords(rt.db).run(run_id)["state"] == "done"
+    assert Locks(rt.db).acquire(NIGHTLY_LOCK, holder(run_id + 1), 600) is None  # free
+
+
+def test_the_last_regions_outcome_ends_the_run_and_frees_the_lock_in_one_transaction(
+        rt, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """A promotion whose process fails between the region's outcome and the lock's release
+    leaves nothing half done: the region still running, the run going and its lock held, so
+    the promotion's redelivery ends them all."""
+    run_id, study = _nightly_study(rt)
+
+    def fails(*args: object, **kwargs: object) -> bool:
+        raise RuntimeError("the worker died here")
+
+    monkeypatch.setattr(Locks, "release", fails)
+    with pytest.raises(RuntimeError, match="died here"):
+        after_promotion(rt, rt.db.study(study), DECISION)
+    records = NightlyRecords(rt.db)
+    assert [r["state"] for r in records.regions(run_id)] == ["running"]
+    assert records.run(run_id)["state"] == "running"
+    monkeypatch.undo()
+    after_promotion(rt, rt.db.study(study), DECISION)  # the promotion delivered again
+    assert [(r["state"], r["outcome"]) for r in records.regions(run_id)] == [
+        ("kept", DECISION["reason"])]
+    assert records.run(run_id)["state"] == "done"
+    assert Locks(rt.db).acquire(NIGHTLY_LOCK, holder(run_id + 1), 600) is None
