@@ -38,6 +38,15 @@ class NightlyRecords:
             return [row_dict(r) for r in conn.execute(select(nightly_runs)
                                                   .order_by(nightly_runs.c.id))]
 
+    def hold_run(self, run_id: int, conn: Connection) -> None:
+        """Make ``conn``'s transaction the only one writing run ``run_id``'s outcomes until it
+        ends (on SQLite ``BEGIN IMMEDIATE`` holds the database already): two regions that end
+        at once then each see the other's outcome or wait for it, so one of them ends the run.
+        """
+        if not self.db.is_sqlite:
+            conn.execute(select(nightly_runs.c.id).where(nightly_runs.c.id == run_id)
+                         .with_for_update())
+
     def finish_run(self, run_id: int, state: str, conn: Connection | None = None) -> bool:
         if conn is None:
             with self.db.transaction() as own:

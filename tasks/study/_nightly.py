@@ -113,8 +113,10 @@ def after_promotion(rt: Runtime, study: StudyRow, decision: dict[str, Any]) -> N
     # the region's outcome and, where it is the run's last, the run's end and the lock's
     # release: one transaction, so a driver that sees the outcome (``follow``) and stops its
     # workers never leaves the run going and its lock held until it expires
+    records = NightlyRecords(rt.db)
     with rt.db.transaction() as conn:
-        NightlyRecords(rt.db).end_region(run_id, study.region, state, outcome, conn)
+        records.hold_run(run_id, conn)  # first: another region's end waits for this one's
+        records.end_region(run_id, study.region, state, outcome, conn)
         finished = _maybe_finish(rt, run_id, conn)
     if finished:
         log.info("nightly run %d finished", run_id)
@@ -123,10 +125,11 @@ def after_promotion(rt: Runtime, study: StudyRow, decision: dict[str, Any]) -> N
 def _maybe_finish(rt: Runtime, run_id: int, conn: Any = None) -> bool:
     """End the run and free its lock, in one transaction (``conn``'s, where given), once no
     region of it is still running; whether this call ended it."""
+    records = NightlyRecords(rt.db)
     if conn is None:
         with rt.db.transaction() as own:
+            records.hold_run(run_id, own)
             return _maybe_finish(rt, run_id, own)
-    records = NightlyRecords(rt.db)
     if any(r["state"] == "running" for r in records.regions(run_id, conn)):
         return False
     if not records.finish_run(run_id, "done", conn):
