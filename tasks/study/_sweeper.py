@@ -12,8 +12,9 @@ again costs nothing, and the sweeper does, for:
   and sending, or Redis restarted empty): sent again once their shard's queue
   holds nothing and they waited ``HOPTUNE_RESEND_SECONDS``;
 - epochs whose last hop finished but whose end was never decided;
-- running studies with a free trial slot and no progress, and ended studies
-  with no promotion;
+- running studies with a free trial slot and no progress, ended studies
+  with no promotion, and promoted nightly studies whose region's outcome (and
+  with the run's last one, the run's end) was never recorded;
 - shards whose queue has waiting hops and no live consumer for
   ``HOPTUNE_TAKEOVER_SECONDS``: a live worker is told to consume it too
   (Celery's ``add_consumer``), reading the shard from the store.
@@ -41,7 +42,7 @@ from hoptune.tasks.worker import (
     promote_dispatch,
     tune_step_dispatch,
 )
-from hoptune.tuner import HopRecords, WaitingHop, WorkerRecords, utcnow
+from hoptune.tuner import HopRecords, NightlyRecords, WaitingHop, WorkerRecords, utcnow
 
 __all__ = ["queue_lengths", "resend_seconds", "sweep", "takeover_seconds"]
 
@@ -99,6 +100,7 @@ def sweep(rt: Runtime, app: Celery | None = None, study_id: int | None = None, *
                         "again", trial.id, last.epoch)
             out.append(hop_dispatch(study.region, study.id, trial.id, last.epoch,
                                     last.position, last.shard))
+    promoted: list[int] = []  # nightly studies promoted before ``before``
     for study in db.studies():
         if not mine(study.id):
             continue
@@ -106,12 +108,20 @@ def sweep(rt: Runtime, app: Celery | None = None, study_id: int | None = None, *
             if study.promotion is None and study.finished_at < before:
                 log.warning("study %d ended without a promotion: sending it again", study.id)
                 out.append(promote_dispatch(study.id))
+            elif study.nightly_run_id is not None and study.finished_at < before:
+                promoted.append(study.id)
             continue
         trials = db.trials(study.id)
         running = sum(t.state == "running" for t in trials)
         quiet = all(t.updated_at < before for t in trials)
         if running < study.parallel and quiet:
             out.append(tune_step_dispatch(study.id))
+    # a promotion recorded whose nightly outcome is not (its worker died between the two): the
+    # promotion, sent again, returns its recorded decision and records the outcome
+    for study_id in NightlyRecords(db).undecided(promoted):
+        log.warning("study %d was promoted but its nightly outcome was never recorded: sending "
+                    "its promotion again", study_id)
+        out.append(promote_dispatch(study_id))
     if app is not None:
         _take_over(rt, app, [h for h in waiting
                              if h.queued_at < now - timedelta(seconds=takeover_seconds())])

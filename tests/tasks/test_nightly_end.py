@@ -114,3 +114,19 @@ def test_two_regions_that_end_at_once_end_their_run(backend, rt,  # noqa: ANN001
     assert [r["state"] for r in records.regions(run_id)] == ["kept", "kept"]
     assert records.run(run_id)["state"] == "done"
     assert Locks(rt.db).acquire(NIGHTLY_LOCK, holder(run_id + 1), 600) is None
+
+
+def test_the_sweeper_sends_again_a_promotion_whose_nightly_outcome_was_never_recorded(
+        rt) -> None:  # noqa: ANN001
+    """A worker that died between a promotion's decision and its nightly outcome: the
+    sweeper sends the promotion again (it returns its recorded decision and records the
+    outcome), where a driver would otherwise wait for the run until its lock ran out."""
+    from hoptune.tasks.study import sweep
+    from hoptune.tasks.study._promotion import promote_study
+
+    run_id, (study,) = _nightly_studies(rt)
+    (again,) = sweep(rt, resend_after=0)
+    assert (again.task, again.kwargs["study"]) == ("hoptune.promote", study)
+    assert promote_study(rt, study) == DECISION  # the recorded decision, not a new one
+    assert NightlyRecords(rt.db).run(run_id)["state"] == "done"
+    assert sweep(rt, resend_after=0) == []
