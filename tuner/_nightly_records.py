@@ -88,6 +88,12 @@ class NightlyRecords:
             query = query.where(nightly_regions.c.run_id == run_id)
         return [row_dict(r) for r in conn.execute(query)]
 
+    def going(self) -> set[int]:
+        """The ids of the runs still going."""
+        with self.db.reading() as conn:
+            return {int(r[0]) for r in conn.execute(
+                select(nightly_runs.c.id).where(nightly_runs.c.state == "running"))}
+
     def undecided(self, study_ids: list[int], conn: Connection | None = None) -> list[int]:
         """Those of ``study_ids`` whose nightly region's outcome is not recorded yet (its
         promotion records it, and with the run's last region the run's end)."""

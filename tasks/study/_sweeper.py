@@ -100,7 +100,8 @@ def sweep(rt: Runtime, app: Celery | None = None, study_id: int | None = None, *
                         "again", trial.id, last.epoch)
             out.append(hop_dispatch(study.region, study.id, trial.id, last.epoch,
                                     last.position, last.shard))
-    promoted: list[int] = []  # nightly studies promoted before ``before``
+    promoted: list[int] = []  # studies of nightly runs still going, promoted before ``before``
+    going = NightlyRecords(db).going()
     for study in db.studies():
         if not mine(study.id):
             continue
@@ -108,7 +109,7 @@ def sweep(rt: Runtime, app: Celery | None = None, study_id: int | None = None, *
             if study.promotion is None and study.finished_at < before:
                 log.warning("study %d ended without a promotion: sending it again", study.id)
                 out.append(promote_dispatch(study.id))
-            elif study.nightly_run_id is not None and study.finished_at < before:
+            elif study.nightly_run_id in going and study.finished_at < before:
                 promoted.append(study.id)
             continue
         trials = db.trials(study.id)
