@@ -95,13 +95,17 @@ class NightlyRecords:
                 select(nightly_runs.c.id).where(nightly_runs.c.state == "running"))}
 
     def undecided(self, study_ids: list[int], conn: Connection | None = None) -> list[int]:
-        """Those of ``study_ids`` whose nightly region's outcome is not recorded yet (its
-        promotion records it, and with the run's last region the run's end)."""
+        """Those of ``study_ids`` whose nightly region's outcome is not recorded yet while their
+        run goes on (the promotion records it, and with the run's last region the run's end;
+        a run abandoned when its lock expired waits for nothing)."""
         if not study_ids:
             return []
         if conn is None:
             with self.db.reading() as own:
                 return self.undecided(study_ids, own)
-        return [int(r[0]) for r in conn.execute(select(nightly_regions.c.study_id).where(
-            nightly_regions.c.study_id.in_(study_ids), nightly_regions.c.state == "running"))]
+        return [int(r[0]) for r in conn.execute(
+            select(nightly_regions.c.study_id)
+            .join(nightly_runs, nightly_runs.c.id == nightly_regions.c.run_id)
+            .where(nightly_regions.c.study_id.in_(study_ids),
+                   nightly_regions.c.state == "running", nightly_runs.c.state == "running"))]
 

@@ -130,3 +130,11 @@ def test_the_sweeper_sends_again_a_promotion_whose_nightly_outcome_was_never_rec
     assert promote_study(rt, study) == DECISION  # the recorded decision, not a new one
     assert NightlyRecords(rt.db).run(run_id)["state"] == "done"
     assert sweep(rt, resend_after=0) == []
+
+
+def test_a_driver_does_not_wait_for_a_run_abandoned_when_its_lock_expired(rt) -> None:  # noqa: ANN001
+    """A run whose lock ran out is marked abandoned by the next one: its regions' outcomes will
+    never come, and a driver still following one of its studies returns."""
+    run_id, (study,) = _nightly_studies(rt)
+    NightlyRecords(rt.db).finish_run(run_id, "abandoned")
+    follow(rt, None, [study], progress=False, timeout=5.0)
