@@ -9,16 +9,11 @@ status is 1 when a region failed or was still running.
 from __future__ import annotations
 
 import argparse
-import time
 
 from hoptune.core import Settings
 from hoptune.tasks.cli._args import add_follow_options, read_config, region_names
 
 __all__ = ["add_arguments", "run"]
-
-#: Seconds the command waits, after its studies settle, for the run's promotions to finish it.
-PROMOTIONS_WAIT = 120
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hoptune nightly``."""
@@ -31,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     """Start the nightly run, follow it and print each region's outcome."""
     from hoptune.tasks import app, send
     from hoptune.tasks.cli._cluster import default_workers, local_cluster
-    from hoptune.tasks.cli._follow import POLL, follow, format_table
+    from hoptune.tasks.cli._follow import follow, format_table
     from hoptune.tasks.plan import ingest_region, local_shards, log_nightly_plan
     from hoptune.tasks.study import start_nightly
     from hoptune.tasks.worker import Runtime
@@ -55,11 +50,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         studies = [r["study_id"] for r in NightlyRecords(rt.db).regions(run_id)
                    if r["study_id"] is not None]
+        # returns once each region's outcome is recorded: the last one's ends the run
         follow(rt, app, studies, progress=not args.no_progress)
-        deadline = time.monotonic() + PROMOTIONS_WAIT
-        while (NightlyRecords(rt.db).run(run_id)["state"] == "running"
-               and time.monotonic() < deadline):
-            time.sleep(POLL)  # the promotions finish the run
     rows = NightlyRecords(rt.db).regions(run_id)
     print(format_table(rows, ["region", "state", "study_id", "ingested", "outcome"]))
     return 1 if any(r["state"] in ("failed", "running") for r in rows) else 0
