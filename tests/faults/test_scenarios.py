@@ -179,6 +179,8 @@ def test_a_worker_killed_in_a_hop_it_ran_without_its_message_costs_only_that_hop
     (``HOPTUNE_CHAIN_SECONDS``). Killed while it holds such a hop, it leaves a hop recorded
     queued and then held, with no message anywhere: the sweeper sends it again once the
     worker is dead, and the study finishes with only that hop run twice."""
+    from hoptune.tasks.worker._checkpoint import checkpoint_key
+
     hook = _hooked(workers, home, HANG_ONE_CHAINED_HOP, "hang-chained")
     workers.env["HOPTUNE_CHAIN_SECONDS"] = "600"
     workers.start("w0", "north:0,north:1")
@@ -193,6 +195,13 @@ def test_a_worker_killed_in_a_hop_it_ran_without_its_message_costs_only_that_hop
     log = (workers.log_dir / "w0.log").read_text()
     assert (f"trial {hop.trial_id} epoch {hop.epoch} position {hop.position} runs here next"
             in log), log[-2000:]
+    # the hop before it hands its weights on from memory and writes them behind: killed
+    # before that write lands, it would be that hop that runs again (the scenario above)
+    before = max((h for h in HopRecords(rt.db).all(study_id=study) if h.state == "done"),
+                 key=lambda h: (h.epoch, h.position))
+    scenario.wait_until(lambda: rt.store.exists(checkpoint_key(
+        study, before.trial_id, before.epoch, before.position)), 30,
+        "the checkpoint of the hop before it written")
     killed = time.time()
     workers.kill("w0")
     workers.start("w0", "north:0,north:1")
