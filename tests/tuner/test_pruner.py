@@ -215,6 +215,24 @@ def test_brackets_take_turns_over_the_first_rungs() -> None:
     assert pruner.should_stop(1, [math.nan], worse, number=2)  # diverged: stops in any bracket
 
 
+def test_judged_again_a_trial_stands_with_the_better_of_its_value_there_and_now() -> None:
+    pruner = AshaPruner(max_epochs=4, reduction_factor=3)  # rung 1
+    # the demo's study: last of two at rung 1, then the study's best after epoch 2: it goes on
+    # (judged by its value at the rung alone, 0.725, it stopped holding 0.486)
+    assert not pruner.should_stop(2, [0.725, 0.486], {1: [0.725, 0.630]})
+    # better now, but not better than the rung's kept place: it stops
+    assert pruner.should_stop(2, [0.725, 0.650], {1: [0.725, 0.630]})
+    # a value that dips after the rung does not stop a trial the rung keeps
+    assert not pruner.should_stop(2, [0.50, 0.70], {1: [0.50, 0.55, 0.60, 0.65]})
+    # its value at the rung is replaced, not added: each trial counts once (0.635 added beside
+    # its 0.725, rung 1's 4 values would keep 2 places, one of them its own)
+    halving = AshaPruner(max_epochs=4, reduction_factor=2)  # rungs 1, 2
+    assert halving.should_stop(2, [0.725, 0.635], {1: [0.725, 0.630, 0.64], 2: [0.635]})
+    # accuracy: larger is better
+    assert not pruner.should_stop(2, [0.60, 0.95], {1: [0.60, 0.90]}, minimize=False)
+    assert pruner.should_stop(2, [0.60, 0.62], {1: [0.60, 0.90]}, minimize=False)
+
+
 def test_brackets_keep_slow_starters_that_end_best() -> None:
     """The pattern of MovieLens 100k: fast learners lead after one epoch and then overfit,
     slow learners are last after one epoch and end best. With one bracket every slow learner
