@@ -122,6 +122,8 @@ def test_the_workflow_judges_a_trial_again_at_the_rungs_it_passed(make_config, r
         update={"recheck": False})})
     assert not _pruned(rt.db, unchecked, study, trial, 1, 0.8)
     assert not _pruned(rt.db, region, study, rt.db.trial(later[0]), 1, 0.45)  # the best
+    # better now than every value at rung 1: judged again, it stands there with 0.45, not 0.9
+    assert not _pruned(rt.db, region, study, trial, 1, 0.45)
 
 
 def test_a_trial_is_judged_from_its_brackets_first_rung(make_config, rt) -> None:
