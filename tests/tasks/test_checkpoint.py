@@ -397,3 +397,92 @@ def test_a_copy_of_an_epochs_last_hop_waits_for_the_weights_written_behind_it(
     hop = HopRecords(rt.db).get(1, 0, 1)
     assert hop.state == "done" and hop.errors == 0, hop
     assert rt.db.trials(study)[0].state == "done"
+
+
+def test_a_checkpoint_read_ahead_is_the_one_read_after_and_taken_once(tmp_path) -> None:
+    from hoptune.tasks.worker._checkpoint import decode_checkpoint, read_checkpoint
+    from hoptune.tasks.worker._prefetch import CheckpointPrefetch
+
+    store = Store(str(tmp_path))
+    save_checkpoint(store, "a.pt", _checkpoint(2.0))
+    ahead = CheckpointPrefetch()
+    ahead.start(store, "a.pt")
+    data = ahead.take("a.pt")
+    assert bytes(data) == bytes(read_checkpoint(store, "a.pt"))
+    assert torch.equal(decode_checkpoint(data, "a.pt").model["w"], torch.full((3,), 2.0))
+    assert ahead.take("a.pt") is None  # handed out once
+    ahead.start(store, "a.pt")
+    assert ahead.take("b.pt") is None  # another hop's input: read after its claim instead
+    assert ahead.take("a.pt") is None  # and the one read ahead is let go
+    ahead.start(store, "a.pt")
+    ahead.drop()
+    assert ahead.take("a.pt") is None
+    # read into a buffer the size of the last one taken, or a new one where it is larger
+    big = Checkpoint(model={"w": torch.arange(1000.0)}, optimizer={}, samples=3, loss=1.0)
+    save_checkpoint(store, "big.pt", big)
+    for key in ("big.pt", "a.pt", "big.pt"):
+        ahead.start(store, key)
+        assert bytes(ahead.take(key)) == bytes(read_checkpoint(store, key)), key
+    assert (ahead.hits, ahead.misses) == (4, 0)
+
+
+def test_a_read_ahead_waits_briefly_for_a_write_behind_and_gives_what_it_cannot_read_back(
+        tmp_path) -> None:
+    """It finds a checkpoint stored while it waits; one that does not come within its short
+    wait, or does not match its checksum, it leaves to the hop's own read (None)."""
+    from hoptune.tasks.worker._prefetch import CheckpointPrefetch
+
+    store = Store(str(tmp_path))
+    writer = CheckpointWriter()
+    ahead = CheckpointPrefetch()
+    data, _ = encode_checkpoint(_checkpoint(5.0))
+    later = threading.Timer(0.2, lambda: writer.write(store, "behind.pt", data))
+    later.start()
+    ahead.start(store, "behind.pt", wait=10)
+    assert ahead.take("behind.pt") is not None
+    later.join()
+    started = time.monotonic()
+    ahead.start(store, "never.pt", wait=0.2)
+    assert ahead.take("never.pt") is None
+    assert 0.2 <= time.monotonic() - started < 5  # waited its while, not the writer's bound
+    spoilt = bytearray(store.read_bytes("behind.pt"))
+    spoilt[len(spoilt) // 2] ^= 0x10
+    store.write_bytes("spoilt.pt", bytes(spoilt))
+    ahead.start(store, "spoilt.pt")
+    assert ahead.take("spoilt.pt") is None
+    with pytest.raises(CheckpointError, match="checksum"):  # the hop's own read says why
+        load_checkpoint(store, "spoilt.pt")
+    assert (ahead.hits, ahead.misses) == (1, 2)
+
+
+@pytest.mark.integration
+def test_hops_whose_input_was_read_ahead_give_bitwise_the_weights_of_hops_read_after_claim(
+        make_config, rt) -> None:
+    """Through ``run_hop`` with each hop's message, as the hop task calls it, and no copy
+    in memory (every input read from the store, as on another worker): the inputs within
+    an epoch are read ahead, and the trial ends with the weights its replay gives."""
+    from hoptune.tasks import run_hop
+    from hoptune.tasks.hop import wait_written
+    from hoptune.tasks.study._workflow import hand_on
+    from hoptune.tasks.worker import HopMessage
+
+    region = load_config(make_config(shards=2, epochs=2)).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    torch.set_num_threads(1)
+    rt.latest = LatestCheckpoints(limit=0)
+    study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
+    queue = list(tune_step(rt, study))
+    while queue:
+        d = queue.pop(0)
+        assert d.task == "hoptune.hop", d.task
+        report = run_hop(rt, d.kwargs["trial"], d.kwargs["epoch"], d.kwargs["position"],
+                         message=HopMessage(**d.kwargs))
+        wait_written(report)
+        queue.extend(x for x in hand_on(rt, report) if x.task == "hoptune.hop")
+    (trial,) = rt.db.trials(study)
+    assert trial.state == "done"
+    assert (rt.prefetch.hits, rt.prefetch.misses) == (2, 0)  # each epoch's second hop
+    final = load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model
+    replayed = replay_trial(rt, trial.id)
+    for name, tensor in final.items():
+        assert torch.equal(tensor, replayed[name]), name
