@@ -12,9 +12,7 @@ sends the next hop again only if its message came before (a broker's
 redelivery, a retry: that earlier delivery may have stopped before sending);
 a copy costs its own delivery and no more, however long the trial.
 Before any of this, the message is checked against the study database and
-this worker's shards (``_admission``); one that fails is set aside. Meanwhile the
-hop's input checkpoint, where this process does not hold it, is read ahead
-(``CheckpointPrefetch``), so the read overlaps the checks and the claim.
+this worker's shards (``_admission``); one that fails is set aside.
 """
 
 from __future__ import annotations
@@ -45,7 +43,6 @@ from hoptune.tasks.worker import (
     HopMessage,
     Runtime,
     checkpoint_key,
-    decode_checkpoint,
     describe,
     hop_dispatch,
     keep_final,
@@ -98,9 +95,6 @@ def model_at(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow
     """
     key = checkpoint_key(study.id, trial.id, epoch, position)
     checkpoint = rt.latest.take(rt.store, trial.id, key) if reuse else None
-    if checkpoint is None and reuse:
-        ahead = rt.prefetch.take(key)  # read while the delivery was checked and claimed
-        checkpoint = None if ahead is None else decode_checkpoint(ahead, key, rt.device)
     if checkpoint is None:
         records = HopRecords(rt.db)
         checkpoint = load_checkpoint(
@@ -136,33 +130,16 @@ def run_hop(rt: Runtime, trial_id: int, epoch: int, position: int,
     """
     admitted: Admitted | None = None
     if message is not None:  # its checks read in one transaction
-        read_ahead(rt, message.study, trial_id, epoch, position)
         found = admission(rt, message.region, message.study, message.shard, trial_id, epoch,
                           position)
         if isinstance(found, str):
-            rt.prefetch.drop()
             return set_aside_report(HopReport(trial_id, epoch, position, message.shard), found)
         admitted = found
     claimed = claim(rt, trial_id, epoch, position, None if message is None else message.shard,
                     admitted=admitted, again=again)
     if isinstance(claimed, HopReport):
-        rt.prefetch.drop()
         return claimed
-    try:
-        return finish(rt, claimed, on_progress)
-    finally:
-        rt.prefetch.drop()  # taken by the training, or never needed (its output was there)
-
-
-def read_ahead(rt: Runtime, study_id: int, trial_id: int, epoch: int, position: int) -> None:
-    """Start reading the input checkpoint of hop (epoch, position) of a trial of ``study_id``,
-    unless it is the epoch's first (the one before is the last epoch's, whose position the
-    message does not tell) or this process kept it in memory (``LatestCheckpoints``)."""
-    if position == 0:
-        return
-    key = checkpoint_key(study_id, trial_id, epoch, position - 1)
-    if not rt.latest.holds(trial_id, key):
-        rt.prefetch.start(rt.store, key)
+    return finish(rt, claimed, on_progress)
 
 
 def set_aside_report(report: HopReport, reason: str) -> HopReport:

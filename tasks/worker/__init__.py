@@ -21,7 +21,6 @@ _NAMES = {
     "encode_checkpoint": "hoptune.tasks.worker._checkpoint",
     "keep_final": "hoptune.tasks.worker._checkpoint",
     "load_checkpoint": "hoptune.tasks.worker._checkpoint",
-    "decode_checkpoint": "hoptune.tasks.worker._checkpoint",
     "previous_position": "hoptune.tasks.worker._checkpoint",
     "save_checkpoint": "hoptune.tasks.worker._checkpoint",
     "write_encoded": "hoptune.tasks.worker._checkpoint",

@@ -66,8 +66,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Checkpoint", "CheckpointWriter", "LatestCheckpoints", "checkpoint_key",
            "encode_checkpoint", "previous_position", "save_checkpoint", "write_encoded",
-           "load_checkpoint", "read_checkpoint", "decode_checkpoint", "stored_digest",
-           "set_aside", "keep_final", "checkpoints_in_memory"]
+           "load_checkpoint", "stored_digest", "set_aside", "keep_final",
+           "checkpoints_in_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -341,12 +341,6 @@ class LatestCheckpoints:
             while len(self._entries) > self.limit:
                 self._entries.popitem(last=False)
 
-    def holds(self, trial_id: int, key: str) -> bool:
-        """Whether trial ``trial_id``'s latest kept here is the checkpoint under ``key``."""
-        with self._lock:
-            entry = self._entries.get(trial_id)
-        return entry is not None and entry[0] == key
-
     def take(self, store: Store, trial_id: int, key: str) -> Checkpoint | None:
         with self._lock:
             entry = self._entries.pop(trial_id, None)
@@ -387,35 +381,19 @@ def load_checkpoint(store: Store, key: str, device: torch.device | None = None, 
     failed), None (not known) leaves the wait at ``wait``.
     ``CheckpointError`` if it is missing (after the wait) or damaged.
     """
+    import numpy as np
+    import torch
+
     if wait > 0:
         _await(store, key, wait, writing)
-    return decode_checkpoint(read_checkpoint(store, key), key, device)
-
-
-def read_checkpoint(store: Store, key: str, allocate: Callable[[int], Any] | None = None
-                    ) -> Any:
-    """The bytes of the checkpoint under ``key`` (a numpy array: ``allocate(size)``'s, by
-    default a new one), checked against its checksum; ``CheckpointError`` if it is missing
-    or they do not match."""
-    import numpy as np
-
     try:
-        data = store.read_into(key, allocate or (lambda n: np.empty(n, dtype=np.uint8)))
+        data = store.read_into(key, lambda n: np.empty(n, dtype=np.uint8))
     except StoreError:
         raise CheckpointError(key, "it does not exist") from None
     size, digest, digest_of = _trailer(data)
-    if digest_of is not None and digest_of(data[: len(data) - size]) != digest:
-        raise CheckpointError(key, "its checksum does not match its bytes")
-    return data
-
-
-def decode_checkpoint(data: Any, key: str, device: torch.device | None = None) -> Checkpoint:
-    """The checkpoint ``read_checkpoint`` read from ``key``, its tensors on ``device``
-    (default: CPU); ``CheckpointError`` if its bytes do not decode."""
-    import torch
-
-    size, digest, _ = _trailer(data)
     length = len(data) - size
+    if digest_of is not None and digest_of(data[:length]) != digest:
+        raise CheckpointError(key, "its checksum does not match its bytes")
     try:
         if _flat.is_flat(data):  # its tensors are views of the bytes just read: no copy
             raw = _flat.decode(data, length, device)

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from hoptune.core import Settings, Store
 from hoptune.regions import RegionConfig, read_manifest
 from hoptune.tasks.worker._checkpoint import CheckpointWriter, LatestCheckpoints
-from hoptune.tasks.worker._prefetch import CheckpointPrefetch
 from hoptune.tuner import StudyDB, StudyRow
 
 if TYPE_CHECKING:
@@ -56,7 +55,6 @@ class Runtime:
         self.db = StudyDB(self.settings.database_url)
         self.latest = LatestCheckpoints()  # each trial's latest checkpoint written here
         self.writer = CheckpointWriter()  # hops' checkpoints written behind their hand-on
-        self.prefetch = CheckpointPrefetch()  # a hop's input read while it is claimed
         self._cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
         self._lock = threading.Lock()
 
