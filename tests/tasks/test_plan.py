@@ -84,6 +84,39 @@ def test_where_rungs_prune_the_range_spans_the_orders_of_the_metrics_too(finishe
                                                planner._run(2, 1 + spread).wall_seconds)
 
 
+_COUNT = """
+import json, sys
+import torch
+from hoptune.regions import RegionConfig, get_family
+from hoptune.tasks.plan._costs import _NoValuesDrawn, parameter_count
+config, manifest, params = json.loads(sys.argv[1])
+counted = parameter_count(config, manifest, params)
+compiler = "torch._dynamo" in sys.modules
+with torch.device("meta"), _NoValuesDrawn():  # a factory's own draws, by method and by nn.init
+    drawn = torch.nn.init.normal_(torch.empty(4).normal_(), std=0.1)
+with _NoValuesDrawn():  # a real tensor still draws its values
+    real = torch.zeros(1000).normal_()
+built = get_family(RegionConfig.model_validate(config)).build(params, manifest["meta"])
+print(json.dumps([counted, sum(p.numel() for p in built.parameters()), compiler,
+                  "torch._dynamo" in sys.modules, drawn.is_meta, bool(real.std() > 0.5)]))
+"""
+
+
+def test_a_models_size_is_counted_without_drawing_its_values_or_loading_the_compiler(
+        finished, rt) -> None:
+    """In a fresh process, as ``hoptune plan`` counts it: the count a real build gives, and
+    torch's compiler stack (seconds to import) left unloaded."""
+    study = rt.db.latest_study("north")
+    params = {"embedding_dim": 24, "lr": 0.01, "reg": 0.001}
+    done = subprocess.run([sys.executable, "-c", _COUNT, json.dumps(
+        [study.region_config, study.manifest, params])], capture_output=True, text=True,
+        timeout=300, check=True)
+    counted, built, compiler, _, meta, drawn = json.loads(done.stdout.splitlines()[-1])
+    assert counted == built and counted > 0
+    assert not compiler
+    assert meta and drawn
+
+
 def test_a_tuned_regions_hops_are_costed_at_its_trials_mean_size(finished, rt) -> None:
     from hoptune.tasks.plan._costs import parameter_count
 
