@@ -102,6 +102,16 @@ class Family(ABC):
         """A new model for ``params`` (merged over the defaults) and the ingest's ``meta``."""
         return self._build(self.params(params), meta)
 
+    def build_on_meta(self, params: Mapping[str, Any], meta: Mapping[str, Any]) -> nn.Module:
+        """``build``'s model with its tensors on the meta device (shapes, no memory) and the
+        random draws of its initialisation left out (``_meta_build``)."""
+        import torch
+
+        from hoptune.regions._meta_build import NoValuesDrawn
+
+        with torch.device("meta"), NoValuesDrawn():
+            return self.build(params, meta)
+
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The training loss of ``batch``, regularisation included."""
         import torch.nn.functional as F

@@ -19,8 +19,6 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-import torch
-
 from hoptune.regions import RegionConfig, get_family
 from hoptune.tasks.worker import region_of
 from hoptune.tuner import (
@@ -39,9 +37,10 @@ __all__ = ["parameter_count", "recorded_observations", "trained_passes"]
 def parameter_count(region_config: dict[str, Any], manifest: dict[str, Any] | None,
                     params: dict[str, Any]) -> int:
     """How many parameters a trial's model has, under a study's region configuration and
-    manifest (its data's shape), with ``params``: built on the meta device, once a process for
-    each region configuration, data shape and params (a build takes about 4 ms, and the
-    planner and the metrics' forecast count every recorded trial again at each plan)."""
+    manifest (its data's shape), with ``params``: built on the meta device without its values
+    drawn (``Family.build_on_meta``), once a process for each region configuration, data
+    shape and params (the planner and the metrics' forecast count every recorded trial again
+    at each plan)."""
     meta = (manifest or {}).get("meta", {})
     return _parameter_count(*(json.dumps(x, sort_keys=True, default=_plain)
                               for x in (region_config, params, meta)))
@@ -55,31 +54,8 @@ def _plain(value: Any) -> Any:
 @functools.lru_cache(maxsize=16384)
 def _parameter_count(region_config: str, params: str, meta: str) -> int:
     region = RegionConfig.model_validate(json.loads(region_config))
-    with torch.device("meta"), _NoValuesDrawn():
-        model = get_family(region).build(json.loads(params), json.loads(meta))
+    model = get_family(region).build_on_meta(json.loads(params), json.loads(meta))
     return sum(p.numel() for p in model.parameters())
-
-
-#: The in-place random draws a model's initialisation makes: they set values, never shapes.
-_DRAWS = frozenset({"normal_", "uniform_", "random_", "bernoulli_", "exponential_",
-                    "log_normal_", "cauchy_", "geometric_"})
-
-
-class _NoValuesDrawn(torch.overrides.TorchFunctionMode):
-    """Leaves a meta tensor's random initialisation out (it has no values to draw). torch
-    draws ``normal_`` on the meta device through its Python references, whose first call
-    imports its compiler stack: 2.2 to 3.4 s of a fresh ``hoptune plan``'s 8.5 on a 2-core
-    host, for values that are never made. A mode holds for its own thread only."""
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        if getattr(func, "__name__", "") in _DRAWS:
-            # the tensor drawn into: ``Tensor.normal_``'s self, ``nn.init.normal_``'s ``tensor=``
-            tensor = args[0] if args else kwargs.get("tensor")
-            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
-                return tensor
-        return func(*args, **kwargs)
 
 
 def trained_passes(hops: Iterable[HopRow]) -> dict[tuple[Any, float], list[HopRow]]:

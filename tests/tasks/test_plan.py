@@ -88,13 +88,14 @@ _COUNT = """
 import json, sys
 import torch
 from hoptune.regions import RegionConfig, get_family
-from hoptune.tasks.plan._costs import _NoValuesDrawn, parameter_count
+from hoptune.regions._meta_build import NoValuesDrawn
+from hoptune.tasks.plan._costs import parameter_count
 config, manifest, params = json.loads(sys.argv[1])
 counted = parameter_count(config, manifest, params)
 compiler = "torch._dynamo" in sys.modules
-with torch.device("meta"), _NoValuesDrawn():  # a factory's own draws, by method and by nn.init
+with torch.device("meta"), NoValuesDrawn():  # a factory's own draws, by method and by nn.init
     drawn = torch.nn.init.normal_(torch.empty(4).normal_(), std=0.1)
-with _NoValuesDrawn():  # a real tensor still draws its values
+with NoValuesDrawn():  # a real tensor still draws its values
     real = torch.zeros(1000).normal_()
 built = get_family(RegionConfig.model_validate(config)).build(params, manifest["meta"])
 print(json.dumps([counted, sum(p.numel() for p in built.parameters()), compiler,
