@@ -67,34 +67,43 @@ log = logging.getLogger(__name__)
 def restore_trial(rt: Runtime, region: RegionConfig, study: StudyRow,
                   trial: TrialRow, epoch: int, position: int, meta: dict[str, Any]
                   ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """The model and optimizer a hop at (epoch, position) starts from, on the worker's device."""
+    """The model and optimizer a hop at (epoch, position) starts from, on the worker's device.
+
+    Where this process trained the hop before and the store still holds what it
+    wrote (``LatestCheckpoints``), they are that hop's own model and optimizer,
+    whose tensors the checkpoint is: nothing is built or loaded.
+    """
     params = trial.params
     before = previous_position(epoch, position, region.shards)
     if before is None:
         model = build_trial_model(region, params, trial.seed, meta, rt.device)
         return model, make_trial_optimizer(region, params, model)
-    model, checkpoint = model_at(rt, region, study, trial, *before, meta, reuse=True)
+    kept = rt.latest.take_trained(rt.store, trial.id, checkpoint_key(study.id, trial.id, *before))
+    if kept is not None and kept[1] is not None:  # what wrote it, in this process: train on
+        return kept[1]
+    model, checkpoint = model_at(rt, region, study, trial, *before, meta,
+                                 kept=None if kept is None else kept[0])
     optimizer = make_trial_optimizer(region, params, model)
     optimizer.load_state_dict(checkpoint.optimizer)
     return model, optimizer
 
 
 def model_at(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
-             epoch: int, position: int, meta: dict[str, Any], *, reuse: bool = False
+             epoch: int, position: int, meta: dict[str, Any], *, kept: Checkpoint | None = None
              ) -> tuple[torch.nn.Module, Checkpoint]:
     """The trial's model as hop (epoch, position) left it, and that hop's checkpoint.
 
     The checkpoint loads straight onto the worker's device, and the model, built
     without memory (on the meta device), takes its tensors as its own: no
-    initialisation that the load would overwrite, no copy. With ``reuse`` the
-    copy this worker kept in memory when it wrote that checkpoint is taken
-    instead of reading the store, if the stored one is still the same. A checkpoint not
+    initialisation that the load would overwrite, no copy. ``kept``: that
+    checkpoint as this worker kept it in memory when it wrote it (the store still
+    holds the same, ``LatestCheckpoints.take``), read instead of the store. A checkpoint not
     stored yet is waited for while the process that trained its hop, which writes it
     behind its hand-on, is alive and has not said its write failed (``writer_alive``),
     however long a large checkpoint takes on a slow store.
     """
     key = checkpoint_key(study.id, trial.id, epoch, position)
-    checkpoint = rt.latest.take(rt.store, trial.id, key) if reuse else None
+    checkpoint = kept
     if checkpoint is None:
         records = HopRecords(rt.db)
         checkpoint = load_checkpoint(
@@ -323,12 +332,13 @@ def train_alone(rt: Runtime, c: Claimed, manifest: dict[str, Any], key: str
     trained = train_pass(c.region, model, optimizer, data, seed=c.trial.seed,
                          epoch=report.epoch, shard=report.shard, position=report.position,
                          params=c.trial.params)
-    save(rt, c, key, model, optimizer, trained)
+    save(rt, c, key, model, optimizer, trained, train_on=True)
     return model
 
 
 def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
-         optimizer: torch.optim.Optimizer, trained: TrainedPass) -> None:
+         optimizer: torch.optim.Optimizer, trained: TrainedPass, *, train_on: bool = False
+         ) -> None:
     """Write the trained hop's checkpoint (and keep it in memory) and fill in its report.
 
     The hop leaves its checkpoint's layout, checksum and write to the process's
@@ -337,7 +347,9 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     memory meanwhile (reading them, as the writer does) and waits for the write
     before it decides (what it decides may keep the file as the trial's final or
     best weights). The next hop to train these tensors in this process takes them
-    from ``rt.latest``, which waits for the write too.
+    from ``rt.latest``, which waits for the write too; with ``train_on``, as this
+    ``model`` and ``optimizer`` (a single hop's: a cohort member's optimizer state is
+    cut from the cohort's, laid out as no hop of its own would).
     """
     report = c.report
     report.trained = True
@@ -350,7 +362,8 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     report.written = rt.writer.save(rt.store, key, checkpoint, then=lambda: _drop_old_checkpoints(
         rt.store, c.study.id, c.trial.id, epoch, position, c.region.shards))
     report.written.add_done_callback(lambda written: _say_if_failed(rt, c, written))
-    rt.latest.keep(c.trial.id, key, None, checkpoint, report.written)
+    rt.latest.keep(c.trial.id, key, None, checkpoint, report.written,
+                   (model, optimizer) if train_on else None)
     report.save_seconds = time.perf_counter() - started
 
 

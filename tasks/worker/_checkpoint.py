@@ -36,9 +36,10 @@ for a write that hangs); a writer killed before its write finished, or whose wri
 failed, costs the hop that wrote it, which the reader rewinds, as for a lost file.
 
 A worker keeps the latest checkpoint of each trial it trained in memory
-(``LatestCheckpoints``): the trial's next hop, if it lands on the same worker,
-takes it from there after reading only the stored file's checksum (its last
-bytes), so a copy that the store no longer holds is never used.
+(``LatestCheckpoints``), with the model and optimizer whose tensors it holds: the
+trial's next hop, if it lands on the same worker, takes them from there after
+reading only the stored file's checksum (its last bytes), so a copy that the
+store no longer holds is never used, and trains on without building them again.
 """
 
 from __future__ import annotations
@@ -318,30 +319,41 @@ class LatestCheckpoints:
 
     ``take`` hands an entry out once (the hop that takes it trains its tensors
     in place), only once its write behind is done, and only if the store still
-    holds that very checkpoint: same key, same digest. Thread-safe.
+    holds that very checkpoint: same key, same digest. An entry may also hold the
+    model and optimizer that own its tensors (``trained``), for that hop to train
+    on (``take_trained``). Thread-safe.
     """
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = checkpoints_in_memory() if limit is None else limit
-        self._entries: OrderedDict[
-            int, tuple[str, bytes | None, Checkpoint, Future[Any] | None]] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[str, bytes | None, Checkpoint,
+                                              Future[Any] | None, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
     def keep(self, trial_id: int, key: str, digest: bytes | None, checkpoint: Checkpoint,
-             written: Future[Any] | None = None) -> None:
+             written: Future[Any] | None = None, trained: Any = None) -> None:
         """Keep ``checkpoint`` (stored under ``key`` with ``digest``, or being written there
         behind: ``written``; with no ``digest``, ``written``'s result is it: the writer's
-        ``save``) as trial ``trial_id``'s latest."""
+        ``save``) as trial ``trial_id``'s latest; ``trained``: what owns its tensors (a
+        hop's model and optimizer, whose ``state_dict`` it is)."""
         if self.limit <= 0:
             return
         with self._lock:
             self._entries.pop(trial_id, None)
-            self._entries[trial_id] = (key, digest, checkpoint, written)
+            self._entries[trial_id] = (key, digest, checkpoint, written, trained)
             while len(self._entries) > self.limit:
                 self._entries.popitem(last=False)
 
     def take(self, store: Store, trial_id: int, key: str) -> Checkpoint | None:
+        """Trial ``trial_id``'s checkpoint ``key`` from memory, or None (not kept, or the store
+        no longer holds it)."""
+        found = self.take_trained(store, trial_id, key)
+        return None if found is None else found[0]
+
+    def take_trained(self, store: Store, trial_id: int, key: str
+                     ) -> tuple[Checkpoint, Any] | None:
+        """``take``'s checkpoint with what was kept as owning its tensors (None if nothing)."""
         with self._lock:
             entry = self._entries.pop(trial_id, None)
         digest = None if entry is None else entry[1]
@@ -356,7 +368,7 @@ class LatestCheckpoints:
             self.misses += 1
             return None
         self.hits += 1
-        return entry[2]
+        return entry[2], entry[4]
 
 
 #: A reader waits for a checkpoint whose live writer is still writing it for at most this many

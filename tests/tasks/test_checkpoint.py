@@ -68,21 +68,40 @@ def test_the_memory_is_bounded_and_can_be_off(tmp_path) -> None:
     assert off.take(store, 1, "1.pt") is None
 
 
+def test_a_kept_checkpoint_hands_out_what_owns_its_tensors_with_it(tmp_path) -> None:
+    store = Store(str(tmp_path))
+    latest, mine, owners = LatestCheckpoints(limit=2), _checkpoint(1.0), ("model", "optimizer")
+    latest.keep(7, "a.pt", save_checkpoint(store, "a.pt", mine), mine, None, owners)
+    assert latest.take_trained(store, 7, "a.pt") == (mine, owners)
+    latest.keep(7, "a.pt", save_checkpoint(store, "a.pt", mine), mine)
+    assert latest.take_trained(store, 7, "a.pt") == (mine, None)
+    latest.keep(7, "a.pt", save_checkpoint(store, "a.pt", mine), mine, None, owners)
+    save_checkpoint(store, "a.pt", _checkpoint(2.0))  # the store holds another: neither
+    assert latest.take_trained(store, 7, "a.pt") is None
+
+
 @pytest.mark.integration
-def test_hops_from_memory_give_bitwise_the_weights_of_hops_from_the_store(make_config,
-                                                                          rt) -> None:
+def test_hops_from_memory_give_bitwise_the_weights_of_hops_from_the_store(make_config, rt,
+                                                                          monkeypatch) -> None:
+    from hoptune.tasks.hop import _hop
+
     region = load_config(make_config(shards=2, epochs=2)).region("north")
     manifest = ingest(region, Store(rt.settings.store_url)).manifest
     torch.set_num_threads(1)
+    built, bare = [], _hop.bare_trial_model
+    monkeypatch.setattr(_hop, "bare_trial_model", lambda *a: built.append(a) or bare(*a))
     finals = []
     for limit in (16, 0):
         rt.latest = LatestCheckpoints(limit=limit)
+        built.clear()
         study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}])
         run_inline(rt, tune_step(rt, study))
         (trial,) = rt.db.trials(study)
         assert trial.state == "done"
-        # one process: every hop but the first found its input in memory, or none did
+        # one process: every hop but the first found its input in memory, or none did;
+        # from memory it trained on the model that wrote it, built none
         assert rt.latest.hits == (3 if limit else 0)
+        assert len(built) == (0 if limit else 3)
         finals.append(load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model)
         replayed = replay_trial(rt, trial.id)
         for name, tensor in finals[-1].items():

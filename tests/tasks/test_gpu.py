@@ -14,6 +14,7 @@ from hoptune.regions import ingest, load_config
 from hoptune.tasks import Runtime, app, checkpoint_key, create_study, load_checkpoint, replay_trial
 from hoptune.tasks.cli._cluster import LocalCluster
 from hoptune.tasks.cli._follow import follow, start_studies
+from hoptune.tasks.worker._checkpoint import LatestCheckpoints
 from hoptune.tasks.worker._device import worker_device
 from hoptune.tasks.worker._info import describe_workers
 from hoptune.tuner import HopRecords
@@ -84,6 +85,7 @@ def test_a_checkpoint_loads_onto_the_gpu_with_its_step_counts_on_the_cpu(make_co
         from hoptune.tasks.hop._hop import restore_trial
 
         trial, record = rt.db.trial(first.kwargs["trial"]), rt.db.study(study)
+        rt.latest = LatestCheckpoints(limit=0)  # read from the store, as another worker does
         model, optimizer = restore_trial(rt, region, record, trial, 0, 1, manifest["meta"])
         assert {p.device.type for p in model.parameters()} == {"cuda"}
         for state in optimizer.state.values():
