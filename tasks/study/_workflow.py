@@ -332,11 +332,8 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
             outcome = "pruned"
         else:
             outcome = "continue"
-            tentative = choose_visit_order(region.shards, trial.seed, epoch + 1,
-                                           others_positions(rt, study.id, conn))
-            order = (placed_order(tentative, 0, first_shard) if first_shard is not None else
-                     first_shards([tentative], HopRecords(db).shard_loads(
-                         region.name, live_after(), conn), rt.holder)[0])
+            order = [0] if region.shards == 1 else _next_order(
+                rt, region, study, trial, epoch + 1, first_shard, conn)
     decided = db.end_epoch(trial.id, epoch, metric if math.isfinite(metric) else None,
                            minimize=minimize, outcome=outcome, failure=failure,
                            next_order=order)
@@ -351,6 +348,18 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
     keep_final(rt.store, study.id, trial.id, epoch if outcome != "failed" else None,
                region.shards, also=kept if outcome != "failed" else ())
     return [tune_step_dispatch(study.id)]
+
+
+def _next_order(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
+                epoch: int, first_shard: int | None, conn: Any) -> list[int]:
+    """The visit order of the trial's ``epoch``, placed by the others' hops and the shards'
+    loads (read in ``conn``), or starting at ``first_shard`` where that is given."""
+    tentative = choose_visit_order(region.shards, trial.seed, epoch,
+                                   others_positions(rt, study.id, conn))
+    if first_shard is not None:
+        return placed_order(tentative, 0, first_shard)
+    loads = HopRecords(rt.db).shard_loads(region.name, live_after(), conn)
+    return first_shards([tentative], loads, rt.holder)[0]
 
 
 def _write_failed(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,

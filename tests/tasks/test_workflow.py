@@ -305,3 +305,25 @@ def test_tell_epochs_gives_the_optimizer_each_results_fidelity(
     else:  # no better than the worst finished trial, as if final
         assert seen["observed"] == [(first, 0.8), (second, 0.8)]
         assert seen["fidelities"] is None
+
+
+def test_a_one_shard_regions_epoch_goes_on_without_reading_where_other_hops_are(
+        make_config, rt, monkeypatch) -> None:
+    """One shard has one visit order: deciding an epoch reads neither the other trials'
+    positions nor the shards' loads, which only place a hop among shards."""
+    from hoptune.tuner import HopRecords
+
+    region, manifest = _region(make_config, rt, shards=1, epochs=3, trials=2, parallel=2)
+    study = create_study(rt, region, manifest=manifest)
+    first = tune_step(rt, study)  # the trials' first hops are placed as always
+    read = []
+    for name in ("shard_loads", "running_positions"):
+        real = getattr(HopRecords, name)
+        monkeypatch.setattr(HopRecords, name, lambda self, *a, _n=name, _r=real, **k:
+                            read.append(_n) or _r(self, *a, **k))
+    monkeypatch.setattr("hoptune.tasks.study._workflow._fill_slots",
+                        lambda *a, **k: [])  # no new trials: only epochs are decided
+    run_inline(rt, first)
+    orders = [e.visit_order for t in rt.db.trials(study) for e in rt.db.epochs(t.id)]
+    assert len(orders) >= 4 and all(order == [0] for order in orders)  # epochs went on
+    assert read == []
