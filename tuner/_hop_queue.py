@@ -7,24 +7,21 @@ keyed by (trial, epoch, position): queueing one that exists changes nothing.
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from hoptune.tuner._schema import hops, utcnow
+from hoptune.tuner._statements import HOP_ID, hop_key
 
 __all__ = ["queue_hop"]
+
+_INSERT = hops.insert()
 
 
 def queue_hop(conn: Connection, trial_id: int, epoch: int, position: int,
                shard: int) -> bool:
-    exists = conn.execute(
-        select(hops.c.id).where(hops.c.trial_id == trial_id, hops.c.epoch == epoch,
-                                hops.c.position == position)
-    ).first()
-    if exists is not None:
+    if conn.execute(HOP_ID, hop_key(trial_id, epoch, position)).first() is not None:
         return False
-    conn.execute(hops.insert().values(trial_id=trial_id, epoch=epoch, position=position,
-                                      shard=shard, state="queued", deliveries=0,
-                                      interrupted=0,
-                                      queued_at=utcnow()))
+    conn.execute(_INSERT, {"trial_id": trial_id, "epoch": epoch, "position": position,
+                           "shard": shard, "state": "queued", "deliveries": 0,
+                           "interrupted": 0, "queued_at": utcnow()})
     return True

@@ -21,6 +21,18 @@ from hoptune.tuner._hop_queue import queue_hop
 from hoptune.tuner._placement import ShardLoads, next_shard, placed_order
 from hoptune.tuner._rows import HopPosition, HopRow, WaitingHop
 from hoptune.tuner._schema import epochs, hops, studies, trials, utcnow, workers
+from hoptune.tuner._statements import (
+    EPOCH_ORDER,
+    HOP,
+    HOP_DELIVERED,
+    HOP_DONE,
+    HOP_ID,
+    HOP_LOCKED,
+    HOP_SET,
+    HOP_SET_INTERRUPTED,
+    TRIAL_SET,
+    hop_key,
+)
 from hoptune.tuner._studydb import StudyDB
 
 __all__ = ["HopClaim", "HopRecords"]
@@ -54,29 +66,29 @@ class HopRecords:
         delivery left it.
         """
         now = utcnow()
-        key = (hops.c.trial_id == trial_id, hops.c.epoch == epoch, hops.c.position == position)
+        key = hop_key(trial_id, epoch, position)
         with self.db.transaction() as conn:
             queue_hop(conn, trial_id, epoch, position, shard)
-            query = select(hops).where(*key)
-            if not self.db.is_sqlite:
-                query = query.with_for_update()  # SQLite: BEGIN IMMEDIATE holds the database
-            row = HopRow.from_row(conn.execute(query).one())
-            conn.execute(update(hops).where(*key).values(deliveries=hops.c.deliveries + 1))
+            # SQLite: BEGIN IMMEDIATE holds the database
+            row = HopRow.from_row(conn.execute(HOP if self.db.is_sqlite else HOP_LOCKED,
+                                               key).one())
+            conn.execute(HOP_DELIVERED, key)
             row = replace(row, deliveries=row.deliveries + 1)
             if row.state == "done":
                 return HopClaim("done", row, row.worker)
-            values: dict[str, Any] = {"state": "running", "worker": worker, "holder": holder,
-                                      "started_at": now}
+            values: dict[str, Any] = {**key, "state": "running", "worker": worker,
+                                      "holder": holder, "started_at": now}
+            interrupted = False
             if row.state == "running":
                 live = conn.execute(select(workers.c.id).where(
                     workers.c.id == row.holder, workers.c.heartbeat_at > live_after)).first()
                 if live is not None and row.holder != holder:
                     return HopClaim("held", row, row.worker)
                 if row.holder != holder:
-                    values["interrupted"] = hops.c.interrupted + 1
+                    interrupted = True
                     row = replace(row, interrupted=row.interrupted + 1)
-            conn.execute(update(hops).where(*key).values(**values))
-            conn.execute(update(trials).where(trials.c.id == trial_id).values(updated_at=now))
+            conn.execute(HOP_SET_INTERRUPTED if interrupted else HOP_SET, values)
+            conn.execute(TRIAL_SET, {"key_trial": trial_id, "updated_at": now})
             claimed = replace(row, state="running", worker=worker, holder=holder)
             return HopClaim("claimed", claimed, row.worker)
 
@@ -191,9 +203,7 @@ class HopRecords:
         if conn is None:
             with self.db.reading() as own:
                 return self.get(trial_id, epoch, position, own)
-        row = conn.execute(select(hops).where(
-            hops.c.trial_id == trial_id, hops.c.epoch == epoch,
-            hops.c.position == position)).first()
+        row = conn.execute(HOP, hop_key(trial_id, epoch, position)).first()
         return HopRow.from_row(row) if row is not None else None
 
     def finish(self, trial_id: int, epoch: int, position: int, *,
@@ -212,13 +222,10 @@ class HopRecords:
     def _record_done(self, conn: Connection, trial_id: int, epoch: int, position: int,
                      values: dict[str, Any]) -> None:
         now = utcnow()
-        conn.execute(
-            update(hops)
-            .where(hops.c.trial_id == trial_id, hops.c.epoch == epoch,
-                   hops.c.position == position, hops.c.state != "done")
-            .values(state="done", finished_at=now, **values)  # its holder stays: the writer
-        )
-        conn.execute(update(trials).where(trials.c.id == trial_id).values(updated_at=now))
+        # its holder stays: the writer
+        conn.execute(HOP_DONE, {**hop_key(trial_id, epoch, position), **values, "state": "done",
+                                "finished_at": now})
+        conn.execute(TRIAL_SET, {"key_trial": trial_id, "updated_at": now})
 
     def hand_on(self, trial_id: int, epoch: int, position: int, *, region: str,
                     shards: int, live_after: datetime, place: int | None = None,
@@ -232,18 +239,17 @@ class HopRecords:
         hop, or if an earlier delivery already queued the next one.
         """
         following = position + 1
-        key = (hops.c.trial_id == trial_id, hops.c.epoch == epoch)
         with self.db.transaction() as conn:
             # the loads matter only where there is a choice: not for an epoch's last shard
             choice = following + 1 < shards
-            here = (conn.execute(select(hops.c.holder).where(*key, hops.c.position == position))
-                    .scalar() if choice else None)
+            mine = conn.execute(HOP, hop_key(trial_id, epoch, position)).first() if choice else None
+            here = None if mine is None else mine.holder
             self._record_done(conn, trial_id, epoch, position, values)
-            if following >= shards or conn.execute(select(hops.c.id).where(
-                    *key, hops.c.position == following)).first() is not None:
+            if following >= shards or conn.execute(
+                    HOP_ID, hop_key(trial_id, epoch, following)).first() is not None:
                 return None
-            order = list(conn.execute(select(epochs.c.visit_order).where(
-                epochs.c.trial_id == trial_id, epochs.c.epoch == epoch)).scalar_one())
+            order = list(conn.execute(EPOCH_ORDER, {"key_trial": trial_id,
+                                                    "key_epoch": epoch}).scalar_one())
             shard = order[following]
             if place is not None and place in order[following:]:
                 shard = place

@@ -30,6 +30,17 @@ from hoptune.tuner._schema import (
     trials,
     utcnow,
 )
+from hoptune.tuner._statements import (
+    EPOCH,
+    EPOCH_END,
+    EPOCHS,
+    STUDY,
+    STUDY_LOCKED,
+    TRIAL,
+    TRIAL_SET,
+)
+
+_EPOCH_INSERT = epochs.insert()
 
 __all__ = ["StudyDB"]
 
@@ -143,10 +154,8 @@ class StudyDB:
         return self._study(conn, study_id)
 
     def _study(self, conn: Connection, study_id: int, *, lock: bool = False) -> StudyRow:
-        query = select(studies).where(studies.c.id == study_id)
-        if lock and not self.is_sqlite:
-            query = query.with_for_update()
-        row = conn.execute(query).first()
+        query = STUDY_LOCKED if lock and not self.is_sqlite else STUDY
+        row = conn.execute(query, {"key_study": study_id}).first()
         if row is None:
             raise StudyError(f"no study {study_id}")
         return StudyRow.from_row(row)
@@ -239,7 +248,7 @@ class StudyDB:
         if conn is None:
             with self.reading() as own:
                 return self.trial(trial_id, own)
-        row = conn.execute(select(trials).where(trials.c.id == trial_id)).first()
+        row = conn.execute(TRIAL, {"key_trial": trial_id}).first()
         if row is None:
             raise StudyError(f"no trial {trial_id}")
         return TrialRow.from_row(row)
@@ -298,17 +307,14 @@ class StudyDB:
         if conn is None:
             with self.reading() as own:
                 return self.epoch(trial_id, epoch, own)
-        row = conn.execute(select(epochs).where(epochs.c.trial_id == trial_id,
-                                                epochs.c.epoch == epoch)).first()
+        row = conn.execute(EPOCH, {"key_trial": trial_id, "key_epoch": epoch}).first()
         return EpochRow.from_row(row) if row is not None else None
 
     def epochs(self, trial_id: int, conn: Connection | None = None) -> list[EpochRow]:
         if conn is None:
             with self.reading() as own:
                 return self.epochs(trial_id, own)
-        rows = conn.execute(select(epochs).where(epochs.c.trial_id == trial_id)
-                            .order_by(epochs.c.epoch))
-        return [EpochRow.from_row(r) for r in rows]
+        return [EpochRow.from_row(r) for r in conn.execute(EPOCHS, {"key_trial": trial_id})]
 
     def end_epoch(self, trial_id: int, epoch: int, metric: float | None, *, minimize: bool,
                   outcome: str, failure: str | None = None,
@@ -323,26 +329,21 @@ class StudyDB:
         """
         now = utcnow()
         with self.transaction() as conn:
-            result = conn.execute(
-                update(epochs)
-                .where(epochs.c.trial_id == trial_id, epochs.c.epoch == epoch,
-                       epochs.c.finished_at.is_(None))
-                .values(metric=metric, finished_at=now)
-            )
+            result = conn.execute(EPOCH_END, {"key_trial": trial_id, "key_epoch": epoch,
+                                              "metric": metric, "finished_at": now})
             if result.rowcount != 1:
                 return False
-            values: dict[str, Any] = {"updated_at": now}
+            values: dict[str, Any] = {"key_trial": trial_id, "updated_at": now}
             if metric is not None:
                 best = self.trial(trial_id, conn).best_metric
                 if best is None or (metric < best if minimize else metric > best):
                     best = metric
                 values.update(epochs_done=epoch + 1, last_metric=metric, best_metric=best)
-            conn.execute(update(trials).where(trials.c.id == trial_id).values(**values))
+            conn.execute(TRIAL_SET, values)
             if outcome == "continue":
                 assert next_order is not None
-                conn.execute(epochs.insert().values(trial_id=trial_id, epoch=epoch + 1,
-                                                    visit_order=list(next_order),
-                                                    started_at=now))
+                conn.execute(_EPOCH_INSERT, {"trial_id": trial_id, "epoch": epoch + 1,
+                                             "visit_order": list(next_order), "started_at": now})
                 queue_hop(conn, trial_id, epoch + 1, 0, next_order[0])
             else:
                 conn.execute(update(trials).where(
