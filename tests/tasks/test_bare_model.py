@@ -1,5 +1,5 @@
-"""A hop's model without memory, for its checkpoint to fill: a built-in family's is a fresh copy
-of a kept template, the same as a build; a factory's is built each time."""
+"""A hop's model without memory, for its checkpoint to fill: built afresh each time, the same as
+a build."""
 
 from __future__ import annotations
 
@@ -29,4 +29,4 @@ def test_a_bare_model_is_a_fresh_copy_that_takes_a_checkpoint_like_a_build(make_
     batch = {"user": torch.tensor([0, 1]), "item": torch.tensor([1, 0])}
     assert torch.equal(first(batch), built(batch))
     other = bare_trial_model(region, {**params, "embedding_dim": 4}, meta)
-    assert other.state_dict()["user_vectors.weight"].shape[1] == 4  # its params' template
+    assert other.state_dict()["user_vectors.weight"].shape[1] == 4  # its own params
