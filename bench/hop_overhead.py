@@ -330,15 +330,17 @@ laid out flat, a header and each tensor's raw bytes, instead of `torch.save`'s a
 loaded as views of the bytes read instead of copies; checksummed with XXH3-128 instead of
 SHA-256 and torch's per-record CRC-32; laid out, checksummed and written behind its
 hand-on, an epoch's last hop's too, by the worker's writer thread at nice 10, a MiB per
-write call; the model rebuilt as a
-copy of a template instead of a build on the meta device; the training process keeping the memory it
+write call; the model rebuilt on the meta device without its values drawn, and not at
+all where the worker trained the trial's last hop (that hop's model and optimizer train
+on); the training process keeping the memory it
 frees instead of faulting the next hop's buffers in afresh; the hop's checks of its message
-read in one transaction that takes no write lock; its progress event sent after the next
+read in one transaction that takes no write lock; the study database's statements on a
+hop's path built once, run with their values; its progress event sent after the next
 hop's message). A hop's rows are calibrated on the mean rate of the passes the run makes.
 With
 one trial on two single-shard workers a hop within an epoch always lands on the other
-worker; the memory pays at the epoch's first hop, placed back on the worker that ran the
-last one.{store}
+worker; the memory and the trained model pay at the epoch's first hop, placed back on the
+worker that ran the last one.{store}
 {''.join(sections)}""")
 
 
