@@ -362,6 +362,9 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     report.written = rt.writer.save(rt.store, key, checkpoint, then=lambda: _drop_old_checkpoints(
         rt.store, c.study.id, c.trial.id, epoch, position, c.region.shards))
     report.written.add_done_callback(lambda written: _say_if_failed(rt, c, written))
+    if train_on:  # kept to train on, without its last step's gradients (each step makes its own)
+        for p in model.parameters():
+            p.grad = None
     rt.latest.keep(c.trial.id, key, None, checkpoint, report.written,
                    (model, optimizer) if train_on else None)
     report.save_seconds = time.perf_counter() - started

@@ -102,6 +102,11 @@ def test_hops_from_memory_give_bitwise_the_weights_of_hops_from_the_store(make_c
         # from memory it trained on the model that wrote it, built none
         assert rt.latest.hits == (3 if limit else 0)
         assert len(built) == (0 if limit else 3)
+        if limit:  # the last hop's model is kept to train on, its gradients not
+            kept = rt.latest.take_trained(rt.store, trial.id,
+                                          checkpoint_key(study, trial.id, 1, 1))
+            assert kept is not None and kept[1] is not None
+            assert all(p.grad is None for p in kept[1][0].parameters())
         finals.append(load_checkpoint(rt.store, checkpoint_key(study, trial.id, 1, 1)).model)
         replayed = replay_trial(rt, trial.id)
         for name, tensor in finals[-1].items():
