@@ -284,7 +284,8 @@ def _after_claim(rt: Runtime, c: Claimed, on_progress: Callable[[HopReport], Non
                                     shards=len(order), live_after=live_after(), place=c.place,
                                     **figures)
     if report.written is not None and report.written.done():  # failed before its hop was done:
-        _say_if_failed(rt, c, report.written)  # said now (the callback found it running)
+        # said now (the callback found it running)
+        _say_if_failed(rt, trial_id, epoch, position, report.written)
     if report.trained:
         log.info("trained hop: trial %d epoch %d position %d shard %d on %s", trial_id, epoch,
                  position, shard, rt.holder)
@@ -358,10 +359,16 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     started = time.perf_counter()
     checkpoint = Checkpoint(model=model.state_dict(), optimizer=optimizer.state_dict(),
                             samples=trained.samples, loss=trained.loss)
+    # what the write and its callback keep is plain values: the future, kept with the
+    # checkpoint, must not hold the hop (its report holds the future, and the epoch's end
+    # the model): such a cycle would keep the hop's tensors until the cyclic collector ran,
+    # so the next hop's read would fault fresh memory in instead of reusing theirs
+    study_id, trial_id, shards = c.study.id, c.trial.id, c.region.shards
     epoch, position = report.epoch, report.position
     report.written = rt.writer.save(rt.store, key, checkpoint, then=lambda: _drop_old_checkpoints(
-        rt.store, c.study.id, c.trial.id, epoch, position, c.region.shards))
-    report.written.add_done_callback(lambda written: _say_if_failed(rt, c, written))
+        rt.store, study_id, trial_id, epoch, position, shards))
+    report.written.add_done_callback(
+        lambda written: _say_if_failed(rt, trial_id, epoch, position, written))
     if train_on:  # kept to train on, without its last step's gradients (each step makes its own)
         for p in model.parameters():
             p.grad = None
@@ -370,18 +377,18 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     report.save_seconds = time.perf_counter() - started
 
 
-def _say_if_failed(rt: Runtime, c: Claimed, written: Future[Any]) -> None:
+def _say_if_failed(rt: Runtime, trial_id: int, epoch: int, position: int,
+                   written: Future[Any]) -> None:
     """A checkpoint written behind whose write failed: said on its hop's row, so its reader
     (waiting while this process is alive) runs the hop again at once."""
     exc = written.exception()
     if exc is None:
         return
     try:
-        HopRecords(rt.db).write_failed(c.trial.id, c.report.epoch, c.report.position,
-                                       holder=rt.holder,
+        HopRecords(rt.db).write_failed(trial_id, epoch, position, holder=rt.holder,
                                        reason=f"its checkpoint's write failed: {describe(exc)}")
     except Exception:  # noqa: BLE001 - its reader waits for it as for a hanging write
-        log.warning("hop of trial %d: its failed write could not be recorded", c.trial.id,
+        log.warning("hop of trial %d: its failed write could not be recorded", trial_id,
                     exc_info=True)
 
 

@@ -421,3 +421,34 @@ def test_a_copy_of_an_epochs_last_hop_waits_for_the_weights_written_behind_it(
     hop = HopRecords(rt.db).get(1, 0, 1)
     assert hop.state == "done" and hop.errors == 0, hop
     assert rt.db.trials(study)[0].state == "done"
+
+
+def test_a_checkpoint_written_behind_holds_no_cycle_that_keeps_its_hops_tensors(make_config,
+                                                                                rt) -> None:
+    """The future of a write behind, which a worker keeps with the checkpoint, holds plain
+    values and not the hop: a cycle through the hop's report (which holds the future, and at
+    an epoch's end the model) would keep the hop's tensors until the cyclic collector ran,
+    and the next hop's read would fault fresh memory in instead of reusing theirs."""
+    import gc
+    import weakref
+
+    from hoptune.tasks import run_hop
+    from hoptune.tasks.hop import wait_written
+
+    region = load_config(make_config(shards=1, epochs=1)).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    rt.latest = LatestCheckpoints(limit=0)  # nothing kept to train on: the model may go
+    study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}, {"lr": 0.01}])
+    warm, first = tune_step(rt, study)
+    wait_written(run_hop(rt, warm.kwargs["trial"], 0, 0))  # what a process does once, done
+    gc.collect()
+    gc.disable()
+    try:
+        report = run_hop(rt, first.kwargs["trial"], 0, 0)
+        wait_written(report)
+        written, model = report.written, weakref.ref(report.epoch_end.model)
+        assert written is not None and written.done() and model() is not None
+        del report
+        assert model() is None  # gone with its last reference, not left to the collector
+    finally:
+        gc.enable()
