@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["Checkpoint", "CheckpointWriter", "LatestCheckpoints", "checkpoint_key",
            "encode_checkpoint", "previous_position", "save_checkpoint", "write_encoded",
            "load_checkpoint", "stored_digest", "set_aside", "keep_final",
-           "checkpoints_in_memory"]
+           "checkpoints_in_memory", "poll_pause"]
 
 log = logging.getLogger(__name__)
 
@@ -375,6 +375,9 @@ class LatestCheckpoints:
 #: liveness bounds: a write that hangs (a store that never answers) then costs its hop.
 WRITE_WAIT_LIVENESSES = 10
 
+#: A reader's first pause between two looks for a checkpoint not stored yet.
+POLL_FIRST_SECONDS = 0.001
+
 #: How often a reader asks whether the writer of the checkpoint it waits for still writes it.
 WRITER_POLL_SECONDS = 0.5
 
@@ -425,10 +428,16 @@ def _await(store: Store, key: str, seconds: float,
            writing: Callable[[], bool | None] | None = None) -> None:
     """Return once ``key`` exists, or once ``seconds`` have passed while ``writing`` (asked every
     ``WRITER_POLL_SECONDS``) does not say True, or at once when it says False; polling the
-    store ever less often, for at most ``WRITE_WAIT_LIVENESSES`` times ``seconds``."""
+    store ever less often, for at most ``WRITE_WAIT_LIVENESSES`` times ``seconds``.
+
+    A pause is at most a tenth of the wait so far (and at most 0.1 s): the reader
+    of a checkpoint written behind its hand-on, which lands within milliseconds,
+    sees it at most a tenth late, where pauses that doubled each time saw it up to
+    as late again as it had waited.
+    """
     started = time.monotonic()
     cap = started + seconds * (WRITE_WAIT_LIVENESSES if writing is not None else 1)
-    pause, asked, still = 0.001, started, None
+    asked, still = started, None
     while not store.exists(key):
         now = time.monotonic()
         due = now - asked >= WRITER_POLL_SECONDS or (still is None and now >= started + seconds)
@@ -439,8 +448,14 @@ def _await(store: Store, key: str, seconds: float,
         deadline = cap if still else started + seconds
         if now >= deadline:
             return
-        time.sleep(min(pause, deadline - now))
-        pause = min(pause * 2, 0.1)
+        time.sleep(poll_pause(now - started, deadline - now))
+
+
+def poll_pause(waited: float, left: float) -> float:
+    """How long a reader that has waited ``waited`` seconds for a checkpoint, with ``left`` to
+    go, pauses before it looks again: a tenth of its wait so far (at least
+    ``POLL_FIRST_SECONDS``, at most 0.1 s), so it sees the checkpoint at most that late."""
+    return min(max(POLL_FIRST_SECONDS, waited / 10), 0.1, left)
 
 
 def set_aside(store: Store, key: str, stamp: str) -> str:

@@ -22,6 +22,7 @@ from hoptune.tasks.worker._checkpoint import (
     CheckpointWriter,
     LatestCheckpoints,
     encode_checkpoint,
+    poll_pause,
     save_checkpoint,
 )
 from hoptune.tuner import HopRecords
@@ -452,3 +453,20 @@ def test_a_checkpoint_written_behind_holds_no_cycle_that_keeps_its_hops_tensors(
         assert model() is None  # gone with its last reference, not left to the collector
     finally:
         gc.enable()
+
+
+def test_a_reader_looks_again_after_at_most_a_tenth_of_its_wait_so_far() -> None:
+    """A checkpoint written behind lands within milliseconds: the reader waiting for it sees it
+    at most a tenth of its wait late (pauses that doubled each time saw it up to as late again
+    as it had waited), never pausing past its deadline."""
+    assert poll_pause(0.0, 5.0) == 0.001  # the first looks come a millisecond apart
+    assert poll_pause(0.004, 5.0) == 0.001
+    assert poll_pause(0.05, 5.0) == pytest.approx(0.005)
+    assert poll_pause(0.3, 5.0) == pytest.approx(0.03)
+    assert poll_pause(30.0, 60.0) == 0.1  # a long wait: a store asked ten times a second
+    assert poll_pause(0.5, 0.01) == 0.01  # never past the deadline
+    waited, looks = 0.0, 0
+    while waited < 1.0:  # the looks of a one-second wait: fewer than a hundred
+        waited += poll_pause(waited, 1.0 - waited)
+        looks += 1
+    assert looks < 100
