@@ -332,8 +332,7 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
             outcome = "pruned"
         else:
             outcome = "continue"
-            order = [0] if region.shards == 1 else _next_order(
-                rt, region, study, trial, epoch + 1, first_shard, conn)
+            order = _next_order(rt, region, study, trial, epoch + 1, first_shard, conn)
     decided = db.end_epoch(trial.id, epoch, metric if math.isfinite(metric) else None,
                            minimize=minimize, outcome=outcome, failure=failure,
                            next_order=order)
@@ -353,7 +352,10 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
 def _next_order(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,
                 epoch: int, first_shard: int | None, conn: Any) -> list[int]:
     """The visit order of the trial's ``epoch``, placed by the others' hops and the shards'
-    loads (read in ``conn``), or starting at ``first_shard`` where that is given."""
+    loads (read in ``conn``), or starting at ``first_shard`` where that is given. One shard
+    has one order: nothing is read for it."""
+    if region.shards == 1:
+        return [0]
     tentative = choose_visit_order(region.shards, trial.seed, epoch,
                                    others_positions(rt, study.id, conn))
     if first_shard is not None:
