@@ -9,19 +9,17 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from hoptune.tuner._schema import hops, utcnow
-from hoptune.tuner._statements import HOP_ID, hop_key
+from hoptune.tuner._schema import utcnow
+from hoptune.tuner._statements import HOP_ID, HOP_NEW, hop_key
 
 __all__ = ["queue_hop"]
-
-_INSERT = hops.insert()
 
 
 def queue_hop(conn: Connection, trial_id: int, epoch: int, position: int,
                shard: int) -> bool:
     if conn.execute(HOP_ID, hop_key(trial_id, epoch, position)).first() is not None:
         return False
-    conn.execute(_INSERT, {"trial_id": trial_id, "epoch": epoch, "position": position,
-                           "shard": shard, "state": "queued", "deliveries": 0,
-                           "interrupted": 0, "queued_at": utcnow()})
+    conn.execute(HOP_NEW, {"trial_id": trial_id, "epoch": epoch, "position": position,
+                          "shard": shard, "state": "queued", "deliveries": 0,
+                          "interrupted": 0, "queued_at": utcnow()})
     return True

@@ -16,9 +16,9 @@ from sqlalchemy import bindparam, select, update
 
 from hoptune.tuner._schema import epochs, hops, studies, trials
 
-__all__ = ["EPOCH", "EPOCHS", "EPOCH_END", "EPOCH_ORDER", "HOP", "HOP_DELIVERED", "HOP_DONE",
-           "HOP_ID", "HOP_LOCKED", "HOP_SET", "HOP_SET_INTERRUPTED", "STUDY", "STUDY_LOCKED",
-           "TRIAL", "TRIAL_SET", "hop_key"]
+__all__ = ["EPOCH", "EPOCHS", "EPOCH_END", "EPOCH_NEW", "EPOCH_ORDER", "HOP", "HOP_DELIVERED",
+           "HOP_DONE", "HOP_ID", "HOP_LOCKED", "HOP_NEW", "HOP_SET", "HOP_SET_INTERRUPTED",
+           "STUDY", "STUDY_LOCKED", "TRIAL", "TRIAL_SET", "hop_key"]
 
 
 def hop_key(trial_id: int, epoch: int, position: int) -> dict[str, int]:
@@ -29,6 +29,10 @@ def hop_key(trial_id: int, epoch: int, position: int) -> dict[str, int]:
 _HOP_KEY = (hops.c.trial_id == bindparam("key_trial"), hops.c.epoch == bindparam("key_epoch"),
             hops.c.position == bindparam("key_position"))
 
+#: A new hop, its columns from the values given (``queue_hop``).
+HOP_NEW = hops.insert()
+#: A new epoch, its columns from the values given.
+EPOCH_NEW = epochs.insert()
 #: The study ``key_study``.
 STUDY = select(studies).where(studies.c.id == bindparam("key_study"))
 #: The same, its row locked until the transaction ends (not on SQLite: it holds the database).

@@ -33,14 +33,13 @@ from hoptune.tuner._schema import (
 from hoptune.tuner._statements import (
     EPOCH,
     EPOCH_END,
+    EPOCH_NEW,
     EPOCHS,
     STUDY,
     STUDY_LOCKED,
     TRIAL,
     TRIAL_SET,
 )
-
-_EPOCH_INSERT = epochs.insert()
 
 __all__ = ["StudyDB"]
 
@@ -342,8 +341,8 @@ class StudyDB:
             conn.execute(TRIAL_SET, values)
             if outcome == "continue":
                 assert next_order is not None
-                conn.execute(_EPOCH_INSERT, {"trial_id": trial_id, "epoch": epoch + 1,
-                                             "visit_order": list(next_order), "started_at": now})
+                conn.execute(EPOCH_NEW, {"trial_id": trial_id, "epoch": epoch + 1,
+                                         "visit_order": list(next_order), "started_at": now})
                 queue_hop(conn, trial_id, epoch + 1, 0, next_order[0])
             else:
                 conn.execute(update(trials).where(
