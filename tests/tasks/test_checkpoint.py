@@ -408,6 +408,11 @@ def test_a_copy_of_an_epochs_last_hop_waits_for_the_weights_written_behind_it(
 
     def late(store, key, data):
         if key == last and not copies:  # the copy arrives while the write is under way
+            # and once the hop is recorded done (the write behind does not wait for that):
+            # a copy claiming it before (the same holder, here) would train it as its own
+            recorded = time.monotonic() + 30
+            while HopRecords(rt.db).get(1, 0, 1).state != "done" and time.monotonic() < recorded:
+                time.sleep(0.01)
             copy = threading.Thread(target=lambda: copies.append(run_hop(rt, 1, 0, 1)))
             copies.append(copy)
             copy.start()
