@@ -110,7 +110,7 @@ class _Progress:
     def send(self) -> None:
         for report in self.reports:
             try:
-                info = publish_worker_info(self.rt)  # a kernel's path may have changed
+                info = publish_worker_info(self.rt)  # its count of hops, maybe a kernel's path
                 self.task.send_event(
                     "task-progress", region=self.region, study=self.study,
                     trial=report.trial_id, epoch=report.epoch, shard=report.shard,

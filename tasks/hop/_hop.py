@@ -354,6 +354,7 @@ def save(rt: Runtime, c: Claimed, key: str, model: torch.nn.Module,
     """
     report = c.report
     report.trained = True
+    rt.hops_trained += 1
     report.samples, report.loss, report.train_seconds = (
         trained.samples, trained.loss, trained.seconds)
     started = time.perf_counter()

@@ -3,10 +3,11 @@
 A worker's training process knows its device and its kernels' self-test
 results; Celery's remote control runs in the worker's main process. So the
 training process writes its info to a small file under
-``HOPTUNE_HOME/workers/NODE.json`` (when it starts, and again when a kernel's
-path changes), and the main process adds that file to its ``stats`` reply
-(a Celery bootstep's ``info``). ``hoptune status`` and Flower (worker page,
-"stats") read it through ``app.control.inspect().stats()``, from any host.
+``HOPTUNE_HOME/workers/NODE.json`` (when it starts, and again after each hop it
+trains: its count of hops, a kernel's path that changed), and the main process
+adds that file to its ``stats`` reply (a Celery bootstep's ``info``). ``hoptune
+status`` and Flower (worker page, "stats") read it through
+``app.control.inspect().stats()``, from any host.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def kernels_summary(report: dict[str, Any], paths: list[dict[str, str]]) -> str:
 
 
 def worker_info(rt: Any) -> dict[str, Any]:
-    """This training process's info: device, kernels setting, self-tests, fallbacks, shards."""
+    """This training process's info: device, kernels setting, self-tests, fallbacks, shards,
+    and the hops it has trained."""
     from hoptune import kernels  # a training process's: torch is imported there anyway
     from hoptune.tasks.worker._device import describe_device
 
@@ -61,6 +63,7 @@ def worker_info(rt: Any) -> dict[str, Any]:
         "kernel_summary": kernels_summary(report, kernels.paths_taken()),
         "fallbacks": report["fallbacks"],
         "self_tests": report["self_tests"],
+        "hops_trained": rt.hops_trained,
     }
 
 
@@ -99,16 +102,16 @@ class WorkerInfoStep(bootsteps.StartStopStep):
 
 
 def describe_workers(app: Celery, timeout: float = 1.0) -> list[dict[str, Any]]:
-    """One row per worker that answers: node, device, kernels, shards, hop messages run (a
-    cohort's message counts once: one shard pass)."""
+    """One row per worker that answers: node, device, kernels, shards, and the hops its
+    training process has trained (each member's of a cohort; the hops it ran on without a
+    message too, which Celery's count of tasks leaves out)."""
     stats = app.control.inspect(timeout=timeout).stats() or {}
     rows = []
     for node, reply in sorted(stats.items()):
         info = reply.get("hoptune") or {}
         rows.append({"worker": node, "device": info.get("device_name") or info.get("device"),
                      "kernels": info.get("kernel_summary"), "shards": info.get("shards"),
-                     "hops": sum((reply.get("total") or {}).get(task, 0)
-                                 for task in ("hoptune.hop", "hoptune.cohort_hop"))})
+                     "hops": info.get("hops_trained", 0)})
     return rows
 
 

@@ -55,6 +55,9 @@ class Runtime:
         self.db = StudyDB(self.settings.database_url)
         self.latest = LatestCheckpoints()  # each trial's latest checkpoint written here
         self.writer = CheckpointWriter()  # hops' checkpoints written behind their hand-on
+        # hops trained here (a cohort member's each), whether by message or run on without
+        # one: what `hoptune status` and the demo say each worker trained
+        self.hops_trained = 0
         self._cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
         self._lock = threading.Lock()
 

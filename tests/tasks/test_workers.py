@@ -79,3 +79,21 @@ def test_the_demo_runs_without_a_gpu_package_and_names_each_workers_device(
     assert len(lines) == 2, done.stdout
     for line in lines:
         assert " on cpu (kernels: auto: " in line and "torch reference" in line, line
+
+
+@pytest.mark.integration
+def test_a_worker_counts_the_hops_it_ran_on_without_a_message(home, redis_url) -> None:
+    # one worker owns both shards of each demo region: after a delivery's hop, the trial's
+    # next hop runs there without its message, which Celery's count of tasks leaves out
+    env = {**os.environ, "HOPTUNE_BROKER_URL": redis_url}
+    done = subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", "demo", "--fixed",
+                           "--trials", "1", "--epochs", "1", "--workers", "1", "--no-progress"],
+                          cwd=home, env=env, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr + done.stdout
+    lines = done.stdout.splitlines()
+    header = lines[0].split()  # each row one trial (its params one word: compact JSON)
+    rows = [line.split() for line in lines[2:5]]
+    assert [row[0] for row in rows] == ["north", "south", "east"], done.stdout
+    hops = sum(int(row[header.index("hops")]) for row in rows)
+    (worker,) = [line for line in lines if " hops on " in line]
+    assert hops == 6 and f" trained {hops} hops on " in worker, done.stdout
