@@ -419,7 +419,7 @@ class _Simulation:
 
     def end_epoch(self, study: _Study, t: _Trial, here: str) -> None:
         """The trial's epoch ends as ``end_of_epoch`` ends it: the next epoch, or the trial
-        done or pruned, which sends its study a ``tune_step``."""
+        done or pruned, which sends its study a ``tune_step`` where that has work."""
         spec = study.spec
         epoch = t.epoch + 1  # 1-based, as end_of_epoch passes it
         metric = self.metric_at(study, t.index, epoch)
@@ -436,5 +436,7 @@ class _Simulation:
             return
         study.outcomes[outcome] = study.outcomes.get(outcome, 0) + 1
         del study.running[t.index]
+        if study.next_trial >= spec.budget and study.running:
+            return  # its tune_step would have no work: none is sent (``_slots_move``)
         self.totals["dispatch"] += self.dispatch
         self.push(self.now + self.dispatch, "arrive", (spec.region, -1, _CONTROL[1]))

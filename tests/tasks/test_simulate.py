@@ -43,6 +43,15 @@ def test_one_trial_at_a_time_waits_for_every_message() -> None:
     assert result.busy_share["w0"] == 9.0 / 11.25
 
 
+def test_a_trial_ending_on_a_spent_budget_while_another_runs_sends_no_tune_step() -> None:
+    study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=2, parallel=2, epochs=1)
+    result = simulate([study], 1, dispatch=0.25)
+    # 2 hops, each a message; the first trial to end leaves the other running with the
+    # budget spent, so only the last one's end sends a tune_step (``_slots_move``)
+    assert result.dispatch_seconds == (2 + 1) * 0.25
+    assert result.trials == {"north": {"done": 2}}
+
+
 def test_two_shards_on_two_workers_with_equal_hops_take_half() -> None:
     study = SimStudy("north", rows=[100, 100], hop_seconds=one_second, budget=4, parallel=2,
                      epochs=3)

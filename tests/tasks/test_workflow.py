@@ -327,3 +327,28 @@ def test_a_one_shard_regions_epoch_goes_on_without_reading_where_other_hops_are(
     orders = [e.visit_order for t in rt.db.trials(study) for e in rt.db.epochs(t.id)]
     assert len(orders) >= 4 and all(order == [0] for order in orders)  # epochs went on
     assert read == []
+
+
+def test_a_trial_ending_while_others_run_on_a_spent_budget_sends_no_tune_step(
+        make_config, rt, monkeypatch) -> None:
+    """A tune_step is sent where it has work: a trial to propose or start, or the study to
+    finish. The first of two trials to end, with the budget spent and the other running,
+    sends none; the last one's ends the study."""
+    from hoptune.tasks.study import _inline
+
+    region, manifest = _region(make_config, rt, trials=2, parallel=2, epochs=1)
+    study = create_study(rt, region, manifest=manifest)
+    steps: list[tuple[dict, list]] = []  # each tune_step run: the trial states, what it sent
+
+    def counted(rt_, study_id):  # noqa: ANN001, ANN202
+        states = {t.number: t.state for t in rt_.db.trials(study_id)}
+        sent = tune_step(rt_, study_id)
+        steps.append((states, [d.task for d in sent]))
+        return sent
+
+    monkeypatch.setattr(_inline, "tune_step", counted)
+    run_inline(rt, [tune_step_dispatch(study)])
+    assert rt.db.study(study).state == "done"
+    assert [t.state for t in rt.db.trials(study)] == ["done", "done"]
+    assert steps == [({}, ["hoptune.hop", "hoptune.hop"]),  # proposes and starts both
+                     ({0: "done", 1: "done"}, ["hoptune.promote"])]  # ends the study
