@@ -29,6 +29,7 @@ from hoptune.tasks.worker import (
     publish_worker_info,
     record_dead_letter,
     runtime,
+    worker_info,
 )
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
         progress.send()  # after the hand-on: the next hop need not wait for the event
 
     here = go_on_here(rt, report, sending, started=started, on_progress=progress)
+    _publish(rt)  # its count of hops, once the hops it ran are handed on
     wait_written(report, *here)  # the task ends once its checkpoints are written behind
     if report.retry:  # failed once with an error that may not repeat: once more, later
         raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
@@ -110,7 +112,7 @@ class _Progress:
     def send(self) -> None:
         for report in self.reports:
             try:
-                info = publish_worker_info(self.rt)  # its count of hops, maybe a kernel's path
+                info = worker_info(self.rt)  # written to its file at the delivery's end
                 self.task.send_event(
                     "task-progress", region=self.region, study=self.study,
                     trial=report.trial_id, epoch=report.epoch, shard=report.shard,
@@ -148,11 +150,21 @@ def cohort_hop(self: Task, *args: Any, **kwargs: Any) -> dict[str, Any]:
         set_aside(self.app, queue or "?", reason, json.dumps([args, kwargs]))
     send(hand_on_cohort(rt, reports), self.app)
     progress.send()
+    _publish(rt)
     wait_written(*reports)
     if any(r.retry for r in reports):  # a member failed once: the message once more, later
         raise self.retry(countdown=RETRY_SECONDS, max_retries=None)
     return {"trained": [r.trial_id for r in reports if r.trained],
             "skipped": {str(r.trial_id): r.skipped for r in reports if r.skipped}}
+
+
+def _publish(rt: Any) -> None:
+    """Write this process's info (its count of hops trained, its kernels' paths) for ``stats``,
+    once per delivery: a file written after each hop of a chain would lengthen the chain."""
+    try:
+        publish_worker_info(rt)
+    except Exception:  # noqa: BLE001 - stats show the last info written; no hop waits on it
+        log.warning("this worker's info could not be written", exc_info=True)
 
 
 def _came_before(task: Task) -> bool:

@@ -44,6 +44,7 @@ _NAMES = {
     "answering_workers": "hoptune.tasks.worker._info",
     "describe_workers": "hoptune.tasks.worker._info",
     "publish_worker_info": "hoptune.tasks.worker._info",
+    "worker_info": "hoptune.tasks.worker._info",
     "Heartbeat": "hoptune.tasks.worker._liveness",
     "host_class": "hoptune.tasks.worker._liveness",
     "live_after": "hoptune.tasks.worker._liveness",
