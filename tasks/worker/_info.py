@@ -3,8 +3,8 @@
 A worker's training process knows its device and its kernels' self-test
 results; Celery's remote control runs in the worker's main process. So the
 training process writes its info to a small file under
-``HOPTUNE_HOME/workers/NODE.json`` (when it starts, and again after each hop it
-trains: its count of hops, a kernel's path that changed), and the main process
+``HOPTUNE_HOME/workers/NODE.json`` (when it starts, and again at the end of each
+hop delivery: its count of hops, a kernel's path that changed), and the main process
 adds that file to its ``stats`` reply (a Celery bootstep's ``info``). ``hoptune
 status`` and Flower (worker page, "stats") read it through
 ``app.control.inspect().stats()``, from any host.
