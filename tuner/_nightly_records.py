@@ -20,11 +20,13 @@ class NightlyRecords:
     def __init__(self, db: StudyDB) -> None:
         self.db = db
 
-    def start_run(self, trigger: str, host: str) -> int:
-        with self.db.transaction() as conn:
-            result = conn.execute(nightly_runs.insert().values(
-                state="running", trigger=trigger, host=host, started_at=utcnow()))
-            return int(result.inserted_primary_key[0])
+    def start_run(self, trigger: str, host: str, conn: Connection | None = None) -> int:
+        if conn is None:
+            with self.db.transaction() as own:
+                return self.start_run(trigger, host, own)
+        result = conn.execute(nightly_runs.insert().values(
+            state="running", trigger=trigger, host=host, started_at=utcnow()))
+        return int(result.inserted_primary_key[0])
 
     def run(self, run_id: int) -> dict[str, Any]:
         with self.db.reading() as conn:

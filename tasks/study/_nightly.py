@@ -48,11 +48,9 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
     from hoptune.tasks.study._study import create_study
 
     regions = [config.region(n) for n in names] if names else list(config.regions.values())
-    records, locks = NightlyRecords(rt.db), Locks(rt.db)
-    run_id = records.start_run(trigger, socket.gethostname())
-    held = locks.acquire(NIGHTLY_LOCK, holder(run_id), lock_seconds())
+    records = NightlyRecords(rt.db)
+    run_id, held = _start_run(rt, trigger)
     if held is not None:
-        records.finish_run(run_id, "refused")
         raise StudyError(
             f"a nightly run is already going ({held['holder']}, lock held until "
             f"{held['expires_at']:%Y-%m-%d %H:%M:%S} UTC unless it makes progress); "
@@ -88,6 +86,23 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
     if _maybe_finish(rt, run_id):  # every region failed before it started
         log.info("nightly run %d finished", run_id)
     return run_id, out
+
+
+def _start_run(rt: Runtime, trigger: str) -> tuple[int, dict[str, Any] | None]:
+    """Record a run and take the nightly lock for it in one transaction: no other process sees
+    the run going without the lock (the winner of two runs started at once would take the
+    loser for a stale run and mark it abandoned). Refused, the run is recorded so; returns its
+    id and the lock's holder where refused."""
+    records, locks = NightlyRecords(rt.db), Locks(rt.db)
+
+    def start(conn: Any) -> tuple[int, dict[str, Any] | None]:
+        run_id = records.start_run(trigger, socket.gethostname(), conn)
+        held = locks.take(conn, NIGHTLY_LOCK, holder(run_id), lock_seconds())
+        if held is not None:
+            records.finish_run(run_id, "refused", conn)
+        return run_id, held
+
+    return locks.transaction(NIGHTLY_LOCK, start)
 
 
 def _abandon_stale_runs(rt: Runtime, current: int) -> None:

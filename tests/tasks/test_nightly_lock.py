@@ -8,10 +8,12 @@ hand, so how long a hop really takes on a loaded host decides nothing.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from hoptune.core import Settings, StudyError
-from hoptune.regions import load_config
+from hoptune.regions import Config, load_config
 from hoptune.tasks import Runtime, run_inline
 from hoptune.tasks.study._nightly import start_nightly
 from hoptune.tasks.study._nightly_lock import NIGHTLY_LOCK, holder
@@ -61,3 +63,48 @@ def test_progress_renews_the_nightly_lock_past_its_timeout(make_config, backend,
     # the finished run released the lock
     assert Locks(rt.db).acquire(NIGHTLY_LOCK, "next-night", 60) is None
     rt.db.dispose()
+
+
+
+def _start_at_once(rt: Runtime, config: Config, n: int) -> list[StudyError]:
+    """``n`` nightly runs started in threads at the same moment; the refusals."""
+    barrier = threading.Barrier(n)
+    refused: list[StudyError] = []
+
+    def start() -> None:
+        barrier.wait()
+        try:
+            start_nightly(rt, config)
+        except StudyError as exc:
+            refused.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return refused
+
+
+def test_nightly_runs_started_at_once_are_one_running_and_the_rest_refused(make_config, backend
+                                                                             ) -> None:
+    """A run refused the lock is recorded "refused", never "abandoned": the run that takes the
+    lock marks the other runs it finds going abandoned, and a run between its record and its
+    try for the lock was one of them (``hoptune nightly`` twice at once, seen in CI)."""
+    config = load_config(make_config(("north",), epochs=1, trials=1, parallel=1))
+    # first the lock's row is missing (the inserts race), then it is free (the updates race)
+    for _ in range(3):
+        rt = Runtime(Settings.from_env(), worker="test")
+        refused = _start_at_once(rt, config, 6)
+        records = NightlyRecords(rt.db)
+        last = records.runs()[-6:]
+        assert sorted(r["state"] for r in last) == ["refused"] * 5 + ["running"]
+        assert len(refused) == 5
+        # the next round: the winner's study ended, its run finished, its lock freed
+        winner = next(r["id"] for r in last if r["state"] == "running")
+        for study in rt.db.studies():
+            if study.state == "running":
+                rt.db.finish_study(study.id, "failed")
+        records.finish_run(winner, "done")
+        Locks(rt.db).release(NIGHTLY_LOCK, holder(winner))
+        rt.db.dispose()
