@@ -53,7 +53,7 @@ from hoptune.tasks.worker import (
     region_of,
     set_aside,
     study_manifest,
-    tune_step_dispatch,
+    tune_step_after_end,
 )
 from hoptune.tuner import ACTIVE_STATES, EpochRow, HopRecords, StudyRow, TrialRow, utcnow
 
@@ -422,7 +422,7 @@ def _fail_trial(rt: Runtime, study: StudyRow, trial: TrialRow, report: HopReport
         keep_final(rt.store, study.id, trial.id, None, region_of(study).shards)
     log.error("trial %d failed: %s", trial.id, reason)
     report.skipped = reason
-    report.dispatch.append(tune_step_dispatch(study.id))
+    report.dispatch.extend(tune_step_after_end(rt.db, study))
     return report
 
 

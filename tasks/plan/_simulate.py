@@ -437,6 +437,6 @@ class _Simulation:
         study.outcomes[outcome] = study.outcomes.get(outcome, 0) + 1
         del study.running[t.index]
         if study.next_trial >= spec.budget and study.running:
-            return  # its tune_step would have no work: none is sent (``_slots_move``)
+            return  # its tune_step would have no work: none is sent (``tune_step_after_end``)
         self.totals["dispatch"] += self.dispatch
         self.push(self.now + self.dispatch, "arrive", (spec.region, -1, _CONTROL[1]))

@@ -42,7 +42,7 @@ from hoptune.tasks.worker import (
     live_after,
     promote_dispatch,
     region_of,
-    tune_step_dispatch,
+    tune_step_after_end,
 )
 from hoptune.tuner import (
     AshaPruner,
@@ -346,21 +346,7 @@ def end_of_epoch(rt: Runtime, region: RegionConfig, study: StudyRow,
         return [hop_dispatch(region.name, study.id, trial.id, epoch + 1, 0, order[0])]
     keep_final(rt.store, study.id, trial.id, epoch if outcome != "failed" else None,
                region.shards, also=kept if outcome != "failed" else ())
-    return [tune_step_dispatch(study.id)] if _slots_move(db, study) else []
-
-
-def _slots_move(db: StudyDB, study: StudyRow) -> bool:
-    """Whether a ``tune_step`` has work after a trial of ``study`` ended (read after the end
-    was recorded): a trial to propose, a pending one to start, or the study to finish.
-
-    With the budget spent, nothing pending and another trial running, it would
-    have none, and a worker would take its turn on it before its next hop. Read
-    after each end's commit, the last of several trials ending at once sees no
-    other running, so the study's last step is always sent.
-    """
-    counts = db.counts(study.id)
-    return (sum(counts.values()) < study.budget or counts["pending"] > 0
-            or counts["running"] == 0)
+    return tune_step_after_end(db, study)
 
 
 def _next_order(rt: Runtime, region: RegionConfig, study: StudyRow, trial: TrialRow,

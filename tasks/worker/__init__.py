@@ -63,6 +63,7 @@ _NAMES = {
     "parse_cohort": "hoptune.tasks.worker._messages",
     "parse_hop": "hoptune.tasks.worker._messages",
     "promote_dispatch": "hoptune.tasks.worker._messages",
+    "tune_step_after_end": "hoptune.tasks.worker._messages",
     "tune_step_dispatch": "hoptune.tasks.worker._messages",
     "Runtime": "hoptune.tasks.worker._runtime",
     "parse_shard_spec": "hoptune.tasks.worker._runtime",

@@ -8,11 +8,15 @@ numbers, never tensors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hoptune.tuner import StudyDB, StudyRow
 
 __all__ = ["CONTROL_QUEUE", "MAX_COHORT", "RETRY_SECONDS", "TASK_NAMES", "BadMessage",
            "CohortMessage", "Dispatch", "HopMessage", "cohort_dispatch", "hop_dispatch",
-           "hop_queue", "parse_cohort", "parse_hop", "promote_dispatch", "tune_step_dispatch"]
+           "hop_queue", "parse_cohort", "parse_hop", "promote_dispatch", "tune_step_after_end",
+           "tune_step_dispatch"]
 
 # Workflow messages (tune steps, promotions, sweeps) go here; every worker consumes it.
 CONTROL_QUEUE = "hoptune.control"
@@ -174,6 +178,21 @@ def cohort_dispatch(region: str, study_id: int, trial_ids: list[int], epochs: li
 
 def tune_step_dispatch(study_id: int) -> Dispatch:
     return Dispatch(task="hoptune.tune_step", queue=CONTROL_QUEUE, kwargs={"study": study_id})
+
+
+def tune_step_after_end(db: StudyDB, study: StudyRow) -> list[Dispatch]:
+    """The ``tune_step`` a trial's end sends (read after the end was recorded), where it has
+    work: a trial to propose, a pending one to start, or the study to finish.
+
+    With the budget spent, nothing pending and another trial running, it would
+    have none, and a worker would take its turn on it before its next hop. Read
+    after each end's commit, the last of several trials ending at once sees no
+    other running, so the study's last step is always sent.
+    """
+    counts = db.counts(study.id)
+    moves = (sum(counts.values()) < study.budget or counts["pending"] > 0
+             or counts["running"] == 0)
+    return [tune_step_dispatch(study.id)] if moves else []
 
 
 def promote_dispatch(study_id: int) -> Dispatch:

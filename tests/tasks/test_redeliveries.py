@@ -90,3 +90,21 @@ def test_an_undecided_epoch_whose_last_checkpoint_is_truncated_runs_that_hop_aga
     assert HopRecords(rt.db).get(hop["trial"], 0, 1).state == "queued"
     run_inline(rt, again.dispatch)
     assert rt.db.trial(hop["trial"]).state == "done"
+
+
+def test_a_trial_failed_on_a_spent_budget_while_another_runs_sends_no_tune_step(
+        make_config, rt) -> None:
+    """A failed trial's slot moves nothing while the budget is spent and another trial runs
+    (the step would have no work); the other's end still ends the study."""
+    region = load_config(make_config(shards=2, epochs=1, trials=2, parallel=2)).region("north")
+    manifest = ingest(region, Store(rt.settings.store_url)).manifest
+    study = create_study(rt, region, manifest=manifest, configs=[{"lr": 0.03}, {"lr": 0.01}])
+    hops = tune_step(rt, study)
+    first = hops[0].kwargs
+    _die_mid_hop(rt, first, MAX_REDELIVERIES + 1)
+    report = run_hop(rt, first["trial"], first["epoch"], first["position"])
+    assert rt.db.trial(first["trial"]).state == "failed"
+    assert report.dispatch == []  # the budget spent, the second trial running
+    run_inline(rt, hops[1:])
+    assert [t.state for t in rt.db.trials(study)] == ["failed", "done"]
+    assert rt.db.study(study).state == "done"

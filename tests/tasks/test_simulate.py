@@ -47,7 +47,7 @@ def test_a_trial_ending_on_a_spent_budget_while_another_runs_sends_no_tune_step(
     study = SimStudy("north", rows=[100], hop_seconds=one_second, budget=2, parallel=2, epochs=1)
     result = simulate([study], 1, dispatch=0.25)
     # 2 hops, each a message; the first trial to end leaves the other running with the
-    # budget spent, so only the last one's end sends a tune_step (``_slots_move``)
+    # budget spent, so only the last one's end sends a tune_step (``tune_step_after_end``)
     assert result.dispatch_seconds == (2 + 1) * 0.25
     assert result.trials == {"north": {"done": 2}}
 
