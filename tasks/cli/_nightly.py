@@ -40,9 +40,11 @@ def run(args: argparse.Namespace) -> int:
     if args.local_workers is not None:  # "auto" regions ingested now: their K is known
         count = args.local_workers or default_workers()
         shards = {n: local_shards(rt, config.region(n), count) for n in names}
+    # the lock first: a run refused (another is going) starts no worker on the broker the
+    # going run's workers share, and those would take its hops until stopped
+    run_id, dispatches = start_nightly(rt, config, args.regions, trigger="cli",
+                                       ingested=ingest_region)
     with local_cluster(settings, shards, args.local_workers):
-        run_id, dispatches = start_nightly(rt, config, args.regions, trigger="cli",
-                                           ingested=ingest_region)
         send(dispatches, app)
         print(f"nightly run {run_id}: {len(dispatches)} studies started", flush=True)
         log_nightly_plan(rt, config, run_id)

@@ -3,11 +3,16 @@
 On both study databases: SQLite, and PostgreSQL where its ``SELECT … FOR UPDATE``
 branch runs. The messages a nightly run starts are run in this process (or
 dropped, for a driver that died). The locks read a clock the tests move by
-hand, so how long a hop really takes on a loaded host decides nothing.
+hand, so how long a hop really takes on a loaded host decides nothing. Runs
+started at once leave one going and the rest refused, and ``hoptune nightly
+--local-workers`` refused starts no worker.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -17,7 +22,7 @@ from hoptune.regions import Config, load_config
 from hoptune.tasks import Runtime, run_inline
 from hoptune.tasks.study._nightly import start_nightly
 from hoptune.tasks.study._nightly_lock import NIGHTLY_LOCK, holder
-from hoptune.tuner import Locks, NightlyRecords
+from hoptune.tuner import Locks, NightlyRecords, WorkerRecords
 
 
 def test_a_nightly_run_that_stops_making_progress_loses_its_lock(make_config, backend, lock_clock,
@@ -108,3 +113,35 @@ def test_nightly_runs_started_at_once_are_one_running_and_the_rest_refused(make_
         records.finish_run(winner, "done")
         Locks(rt.db).release(NIGHTLY_LOCK, holder(winner))
         rt.db.dispose()
+
+
+def test_a_refused_nightly_run_starts_no_local_workers(make_config, home) -> None:
+    """``hoptune nightly --local-workers 2`` while a run is going is refused before it starts
+    a worker: the going run's workers share its broker, and the refused run's would take
+    their hops until stopped."""
+    config = load_config(make_config(("north",), epochs=1, trials=1, parallel=1))
+    rt = Runtime(Settings.from_env(), worker="test")
+    going, _sent_elsewhere = start_nightly(rt, config)
+    env = {k: v for k, v in os.environ.items() if k != "HOPTUNE_BROKER_URL"}
+    done = subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", "nightly",
+                           "--local-workers", "2", "--no-progress"], cwd=home, env=env,
+                          text=True, capture_output=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        f"hoptune: error: a nightly run is already going ({holder(going)}")
+    assert not (home / "logs").exists()  # no worker started: none wrote its log
+    assert WorkerRecords(rt.db).all() == []
+    # the going run ends (its study failed: its driver sent nothing); the next one, with its
+    # local workers started after its studies were, runs to its end
+    for study in rt.db.studies():
+        rt.db.finish_study(study.id, "failed")
+    NightlyRecords(rt.db).finish_run(going, "done")
+    Locks(rt.db).release(NIGHTLY_LOCK, holder(going))
+    done = subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", "nightly",
+                           "--local-workers", "2", "--no-progress"], cwd=home, env=env,
+                          text=True, capture_output=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    runs = NightlyRecords(rt.db).runs()
+    assert [r["state"] for r in runs] == ["done", "refused", "done"]
+    assert [r["state"] for r in NightlyRecords(rt.db).regions(runs[-1]["id"])] == ["promoted"]
+    rt.db.dispose()
