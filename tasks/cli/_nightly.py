@@ -9,6 +9,7 @@ status is 1 when a region failed or was still running.
 from __future__ import annotations
 
 import argparse
+from contextlib import ExitStack
 
 from hoptune.core import Settings
 from hoptune.tasks.cli._args import add_follow_options, read_config, region_names
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from hoptune.tasks.cli._cluster import default_workers, local_cluster
     from hoptune.tasks.cli._follow import follow, format_table
     from hoptune.tasks.plan import ingest_region, local_shards, log_nightly_plan
-    from hoptune.tasks.study import start_nightly
+    from hoptune.tasks.study import begin_nightly, cancel_nightly, start_nightly
     from hoptune.tasks.worker import Runtime
     from hoptune.tuner import NightlyRecords
 
@@ -36,15 +37,22 @@ def run(args: argparse.Namespace) -> int:
     config = read_config(args)
     rt = Runtime(settings, worker="cli")
     names = args.regions or list(config.regions)
+    regions = [config.region(n) for n in names]  # an unknown name stops here, before the lock
     shards = {}
     if args.local_workers is not None:  # "auto" regions ingested now: their K is known
         count = args.local_workers or default_workers()
-        shards = {n: local_shards(rt, config.region(n), count) for n in names}
+        shards = {r.name: local_shards(rt, r, count) for r in regions}
     # the lock first: a run refused (another is going) starts no worker on the broker the
     # going run's workers share, and those would take its hops until stopped
-    run_id, dispatches = start_nightly(rt, config, args.regions, trigger="cli",
-                                       ingested=ingest_region)
-    with local_cluster(settings, shards, args.local_workers):
+    run_id = begin_nightly(rt, trigger="cli")
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(local_cluster(settings, shards, args.local_workers))
+        except BaseException:
+            cancel_nightly(rt, run_id)  # no worker to train it: nothing started, lock freed
+            raise
+        run_id, dispatches = start_nightly(rt, config, args.regions, trigger="cli",
+                                           ingested=ingest_region, run_id=run_id)
         send(dispatches, app)
         print(f"nightly run {run_id}: {len(dispatches)} studies started", flush=True)
         log_nightly_plan(rt, config, run_id)

@@ -15,6 +15,8 @@ _NAMES = {
     "go_on_here": "hoptune.tasks.study._chain",
     "collect": "hoptune.tasks.study._gc",
     "run_inline": "hoptune.tasks.study._inline",
+    "begin_nightly": "hoptune.tasks.study._nightly",
+    "cancel_nightly": "hoptune.tasks.study._nightly",
     "start_nightly": "hoptune.tasks.study._nightly",
     "promote_study": "hoptune.tasks.study._promotion",
     "beat_schedule": "hoptune.tasks.study._schedule",

@@ -29,26 +29,14 @@ from hoptune.tuner import Locks, NightlyRecords, StudyRow
 if TYPE_CHECKING:
     from hoptune.regions import IngestResult, RegionConfig
 
-__all__ = ["start_nightly", "after_promotion"]
+__all__ = ["after_promotion", "begin_nightly", "cancel_nightly", "start_nightly"]
 
 log = logging.getLogger(__name__)
 
-def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *,
-                  trigger: str = "cli",
-                  ingested: Callable[[Runtime, RegionConfig], IngestResult] | None = None
-                  ) -> tuple[int, list[Dispatch]]:
-    """Start a nightly run over ``names`` (default: every region); refuse if one is going.
-
-    Returns the run's id and the messages that set its studies going; the
-    caller sends them, then logs the plan (``log_nightly_plan``). ``ingested``
-    ingests a region (default ``ingest``; the CLI and the beat task pass ``ingest_region``, which
-    resolves ``shards = "auto"`` from the measured costs).
-    """
-    from hoptune.regions import ingest
-    from hoptune.tasks.study._study import create_study
-
-    regions = [config.region(n) for n in names] if names else list(config.regions.values())
-    records = NightlyRecords(rt.db)
+def begin_nightly(rt: Runtime, trigger: str = "cli") -> int:
+    """Record a nightly run and take the nightly lock for it; refuse (a ``StudyError``, the
+    run recorded "refused") if another run holds it. Returns the run's id: ``start_nightly``
+    starts its regions, or ``cancel_nightly`` ends it where its workers could not start."""
     run_id, held = _start_run(rt, trigger)
     if held is not None:
         raise StudyError(
@@ -56,6 +44,39 @@ def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *
             f"{held['expires_at']:%Y-%m-%d %H:%M:%S} UTC unless it makes progress); "
             f"not starting another")
     _abandon_stale_runs(rt, run_id)
+    return run_id
+
+
+def cancel_nightly(rt: Runtime, run_id: int) -> None:
+    """End a run begun (``begin_nightly``) before any region started: recorded "failed",
+    its lock freed at once, in one transaction."""
+    records = NightlyRecords(rt.db)
+    with rt.db.transaction() as conn:
+        records.hold_run(run_id, conn)
+        if records.finish_run(run_id, "failed", conn):
+            Locks(rt.db).release(NIGHTLY_LOCK, holder(run_id), conn)
+
+
+def start_nightly(rt: Runtime, config: Config, names: list[str] | None = None, *,
+                  trigger: str = "cli",
+                  ingested: Callable[[Runtime, RegionConfig], IngestResult] | None = None,
+                  run_id: int | None = None) -> tuple[int, list[Dispatch]]:
+    """Start a nightly run over ``names`` (default: every region); refuse if one is going.
+
+    Returns the run's id and the messages that set its studies going; the
+    caller sends them, then logs the plan (``log_nightly_plan``). ``ingested``
+    ingests a region (default ``ingest``; the CLI and the beat task pass ``ingest_region``, which
+    resolves ``shards = "auto"`` from the measured costs). ``run_id``: a run already begun
+    (``begin_nightly``, which the CLI calls before it starts local workers); by default
+    one is begun here.
+    """
+    from hoptune.regions import ingest
+    from hoptune.tasks.study._study import create_study
+
+    regions = [config.region(n) for n in names] if names else list(config.regions.values())
+    records = NightlyRecords(rt.db)
+    if run_id is None:
+        run_id = begin_nightly(rt, trigger)
     out: list[Dispatch] = []
     checked = []
     for region in regions:  # every region's configuration first, before any data is read

@@ -145,3 +145,22 @@ def test_a_refused_nightly_run_starts_no_local_workers(make_config, home) -> Non
     assert [r["state"] for r in runs] == ["done", "refused", "done"]
     assert [r["state"] for r in NightlyRecords(rt.db).regions(runs[-1]["id"])] == ["promoted"]
     rt.db.dispose()
+
+
+def test_a_nightly_run_whose_local_workers_cannot_start_frees_the_lock(make_config, home) -> None:
+    """A bad worker setting stops ``hoptune nightly --local-workers`` after it took the lock:
+    the run is recorded failed with no region started, and the lock is free for the next."""
+    make_config(("north",), epochs=1, trials=1, parallel=1)
+    env = {k: v for k, v in os.environ.items() if k != "HOPTUNE_BROKER_URL"}
+    done = subprocess.run([sys.executable, "-m", "hoptune.tasks.cli", "nightly",
+                           "--local-workers", "2", "--no-progress"], cwd=home,
+                          env={**env, "HOPTUNE_CHAIN_SECONDS": "soon"}, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("hoptune: error: HOPTUNE_CHAIN_SECONDS")
+    rt = Runtime(Settings.from_env(), worker="test")
+    (run,) = NightlyRecords(rt.db).runs()
+    assert run["state"] == "failed" and NightlyRecords(rt.db).regions(run["id"]) == []
+    assert rt.db.studies() == []
+    assert Locks(rt.db).acquire(NIGHTLY_LOCK, "next-night", 60) is None
+    rt.db.dispose()
