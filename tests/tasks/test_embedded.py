@@ -223,3 +223,73 @@ def test_up_serves_tune_and_stops_everything_on_ctrl_c(folder: Path, make_config
     assert all(gone(pid) for pid in tree), [pid for pid in tree if not gone(pid)]
     assert_nothing_left(folder, servers)
 
+
+
+def test_the_embedded_redis_outlives_the_command_that_started_it_while_another_uses_it(
+        folder: Path, make_config) -> None:
+    """``hoptune tune --local-workers`` starts the embedded Redis and ``hoptune up`` joins it;
+    the tune ends first and leaves it to ``up``, whose workers then serve another tune, and
+    ``up``, the last to leave, stops it. (The first command to end used to stop the server
+    under the other: its workers and driver lost the broker mid-study.)"""
+    make_config(("north",), epochs=2, trials=4, parallel=2, rows=3000)
+    socket = folder / ".hoptune" / "redis.sock"
+    first = subprocess.Popen(hoptune_command("tune", "north", "--local-workers", "1",
+                                             "--no-progress"), cwd=folder, env=new_user_env(),
+                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    up = None
+    try:
+        deadline = time.monotonic() + 120
+        while not socket.exists():
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the tune started no embedded Redis"
+            time.sleep(0.1)
+        (server,) = redis_servers(socket)
+        up = subprocess.Popen(hoptune_command("up", "--workers", "1"), cwd=folder,
+                              env=new_user_env(), text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+        out: list[str] = []
+        threading.Thread(target=_read_lines, args=(up.stdout, out), daemon=True).start()
+        while not any(line.startswith("broker ") for line in out):
+            assert up.poll() is None, up.stderr.read()
+            assert time.monotonic() < deadline, "hoptune up did not report ready"
+            time.sleep(0.1)
+        assert first.poll() is None, "the tune ended before up joined its Redis"
+        stdout, stderr = first.communicate(timeout=240)
+        assert first.returncode == 0, stdout + stderr
+        # the server the tune started serves on for up, and up's worker trains a new study
+        assert redis_servers(socket) == {server} and socket.exists()
+        done = run(folder, "tune", "north", "--trials", "2", "--no-progress")
+        assert done.returncode == 0, done.stdout + done.stderr
+        os.killpg(up.pid, signal.SIGINT)
+        assert up.wait(60) == 130
+    finally:
+        for p in (first, up):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert_nothing_left(folder, {server})
+
+
+def test_a_killed_command_holds_the_embedded_redis_no_longer(folder: Path) -> None:
+    """A command killed while it used the embedded Redis leaves a lease nobody holds: the
+    command that stays counts it out, and stops the server when it leaves."""
+    from hoptune.tasks.worker import EmbeddedRedis, ping
+
+    mine = EmbeddedRedis(folder / ".hoptune").start()
+    joiner = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from hoptune.tasks.worker import EmbeddedRedis\n"
+         "broker = EmbeddedRedis(sys.argv[1]).start()\n"
+         "print('joined', flush=True)\ntime.sleep(600)",
+         str(folder / ".hoptune")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert joiner.stdout.readline() == "joined\n"
+        assert mine.others() == 1
+    finally:
+        joiner.kill()
+        joiner.wait()
+    assert mine.others() == 0
+    (server,) = redis_servers(mine.socket)
+    mine.stop()
+    assert not ping(mine.url)
+    assert_nothing_left(folder, {server})
