@@ -9,6 +9,7 @@ two workers on the CPU.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -18,11 +19,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from hoptune.core import Settings, StoreError, parse_duration
 from hoptune.tasks.hop import graphs_mode
-from hoptune.tasks.worker import chain_seconds, local_devices, visible_gpus
+from hoptune.tasks.worker import chain_seconds, local_devices, take_lease, visible_gpus
 
 __all__ = ["AUTO_WORKERS", "assign_shards", "default_workers", "LocalCluster", "local_cluster",
            "stop_seconds", "worker_command"]
@@ -69,11 +70,15 @@ class LocalCluster:
     """N local worker processes; a context manager that stops them on exit.
 
     Worker i trains on ``devices[i]``; by default the visible GPUs in turn, or the CPU.
+    With ``home``, the workers' names are leased there for the cluster's life: another
+    command's local workers on the same home (and broker) take the next free names, as
+    Celery's replies, the shard takeovers and the workers' info files tell workers apart
+    by name.
     """
 
     def __init__(self, shards: dict[str, int], workers: int, *, env: dict[str, str] | None = None,
                  log_dir: Path | None = None, loglevel: str = "WARNING",
-                 devices: list[str] | None = None) -> None:
+                 devices: list[str] | None = None, home: Path | None = None) -> None:
         self.assignment = assign_shards(shards, workers)
         self.devices = devices or local_devices(workers, visible_gpus())
         self.env = {**os.environ, **(env or {})}
@@ -84,7 +89,18 @@ class LocalCluster:
         graphs_mode(self.env)  # likewise
         self.processes: list[subprocess.Popen[bytes]] = []
         host = socket.gethostname()
-        self.names = [f"w{i}@{host}" for i in range(workers)]
+        self._leases: list[IO[bytes]] = []
+        if home is None:
+            self.names = [f"w{i}@{host}" for i in range(workers)]
+        else:
+            self.names = []
+            for i in itertools.count():
+                if len(self.names) == workers:
+                    break
+                lease = take_lease(home / "local-workers" / f"w{i}@{host}")
+                if lease is not None:
+                    self._leases.append(lease)
+                    self.names.append(f"w{i}@{host}")
 
     def start(self) -> LocalCluster:
         from hoptune.tuner import utcnow
@@ -159,6 +175,9 @@ class LocalCluster:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         self.processes = []
+        for lease in self._leases:  # the names are free once their workers are gone
+            lease.close()
+        self._leases = []
 
 
 @contextmanager
@@ -181,7 +200,7 @@ def local_cluster(settings: Settings, shards: dict[str, int], workers: int | Non
     from hoptune.tasks.worker import EmbeddedRedis
 
     cluster = LocalCluster(shards, workers, log_dir=settings.home / "logs", loglevel=loglevel,
-                           devices=devices)
+                           devices=devices, home=settings.home)
     broker = None if settings.broker_url else EmbeddedRedis(settings.home).start()
     try:
         cluster.start()

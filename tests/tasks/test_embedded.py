@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from socket import gethostname
 
 import pytest
 
@@ -254,6 +255,9 @@ def test_the_embedded_redis_outlives_the_command_that_started_it_while_another_u
             assert time.monotonic() < deadline, "hoptune up did not report ready"
             time.sleep(0.1)
         assert first.poll() is None, "the tune ended before up joined its Redis"
+        # the tune's worker is w0: up's takes the next free name, so Celery's replies, the
+        # shard takeovers and the info files tell the two apart
+        assert out[0].startswith(f"w1@{gethostname()}: north:0, north:1"), out
         stdout, stderr = first.communicate(timeout=240)
         assert first.returncode == 0, stdout + stderr
         # the server the tune started serves on for up, and up's worker trains a new study
