@@ -33,6 +33,7 @@ __all__ = ["after_promotion", "begin_nightly", "cancel_nightly", "start_nightly"
 
 log = logging.getLogger(__name__)
 
+
 def begin_nightly(rt: Runtime, trigger: str = "cli") -> int:
     """Record a nightly run and take the nightly lock for it; refuse (a ``StudyError``, the
     run recorded "refused") if another run holds it. Returns the run's id: ``start_nightly``

@@ -65,7 +65,6 @@ _NAMES = {
     "promote_dispatch": "hoptune.tasks.worker._messages",
     "tune_step_after_end": "hoptune.tasks.worker._messages",
     "tune_step_dispatch": "hoptune.tasks.worker._messages",
-    "held": "hoptune.tasks.worker._leases",
     "take_lease": "hoptune.tasks.worker._leases",
     "Runtime": "hoptune.tasks.worker._runtime",
     "parse_shard_spec": "hoptune.tasks.worker._runtime",
