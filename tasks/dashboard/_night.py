@@ -114,7 +114,8 @@ def night(db: StudyDB, trials: FinishedTrials, sample: Sample, forecast: Forecas
     """The night page's data: the forecast, the last nightly run, one row per region."""
     latest = latest_studies(db)
     rows = [region_row(trials, study, sample) for _, study in sorted(latest.items())]
-    runs = NightlyRecords(db).runs()
+    # a run refused (another was going) never ran: the last run is the last that was not
+    runs = [r for r in NightlyRecords(db).runs() if r["state"] != "refused"]
     run = runs[-1] if runs else None
     return {
         "now": now,

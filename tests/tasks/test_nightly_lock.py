@@ -20,6 +20,7 @@ import pytest
 from hoptune.core import Settings, StudyError
 from hoptune.regions import Config, load_config
 from hoptune.tasks import Runtime, run_inline
+from hoptune.tasks.dashboard import Dashboard
 from hoptune.tasks.study._nightly import start_nightly
 from hoptune.tasks.study._nightly_lock import NIGHTLY_LOCK, holder
 from hoptune.tuner import Locks, NightlyRecords, WorkerRecords
@@ -131,6 +132,11 @@ def test_a_refused_nightly_run_starts_no_local_workers(make_config, home) -> Non
         f"hoptune: error: a nightly run is already going ({holder(going)}")
     assert not (home / "logs").exists()  # no worker started: none wrote its log
     assert WorkerRecords(rt.db).all() == []
+    # the dashboard's night page shows the run that is going, not the one refused
+    board = Dashboard(Settings.from_env())
+    assert board.night()["nightly"]["id"] == going
+    assert board.night()["nightly"]["state"] == "running"
+    board.db.dispose()
     # the going run ends (its study failed: its driver sent nothing); the next one, with its
     # local workers started after its studies were, runs to its end
     for study in rt.db.studies():
